@@ -1,0 +1,1 @@
+"""Client-facing OpenAI routes and the /gateway/* admin routes."""

@@ -1,0 +1,1 @@
+"""Backend state: registry, readiness prober, engine flavor adapters."""

@@ -1,0 +1,1 @@
+"""Subcommands of `spark-gateway`, one module each (see gateway/cli.py)."""

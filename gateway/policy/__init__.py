@@ -1,0 +1,1 @@
+"""The policy YAML: schema, loading with line-numbered errors, hot reload, classification."""

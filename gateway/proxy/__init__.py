@@ -1,0 +1,1 @@
+"""Upstream calls: the transport seam, SSE pass-through, dispatch with failover and cancel."""

@@ -1,0 +1,1 @@
+"""Measurements: live windows per backend x profile, and Prometheus metrics."""
