@@ -1,0 +1,106 @@
+"""Graceful shutdown: on SIGTERM stop taking new requests, let the ones in flight (long streams included)
+finish up to a deadline, then close.
+
+DrainTracker counts requests in flight and knows whether the gateway is draining. DrainGuard is the
+pure-ASGI middleware that counts every HTTP request and, once draining, answers new ones with 503 and a
+Retry-After (so a load balancer or client goes elsewhere) while /health keeps saying the process lives.
+`drain_then` is what the signal handler runs. Nothing here touches signals, so it is tested directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.api.asgi import ASGIApp, Receive, Scope, Send
+from gateway.api.errors import send_error
+
+
+@dataclass(frozen=True, slots=True)
+class DrainResult:
+    drained: bool  # every request in flight finished before the deadline
+    remaining: int  # requests still in flight when the wait ended (cut off by the close)
+    waited_seconds: float
+
+
+class DrainTracker:
+    """Requests in flight and the draining flag. One per app, made by the composition root."""
+
+    def __init__(self) -> None:
+        self._inflight = 0
+        self._draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def enter(self) -> bool:
+        """Count one new request, or refuse it (False) because the gateway is draining."""
+        if self._draining:
+            return False
+        self._inflight += 1
+        self._idle.clear()
+        return True
+
+    def leave(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+
+    def begin_drain(self) -> None:
+        self._draining = True
+
+    async def drain(self, timeout: float) -> DrainResult:
+        """Stop taking requests and wait up to `timeout` seconds for those in flight to finish."""
+        self.begin_drain()
+        started = time.monotonic()
+        with contextlib.suppress(TimeoutError):  # a deadline reached is reported, not raised
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        return DrainResult(self._inflight == 0, self._inflight, time.monotonic() - started)
+
+
+async def drain_then(tracker: DrainTracker, timeout: float, close: Callable[[], None]) -> DrainResult:
+    """Drain, then call `close` (e.g. tell the server to exit) whether or not everything finished."""
+    result = await tracker.drain(timeout)
+    close()
+    return result
+
+
+class DrainGuard:
+    """Pure-ASGI middleware: counts HTTP requests in the tracker; refuses new ones with 503 while draining.
+    Paths in `exempt` (liveness, metrics) are served and not counted, so they never hold up the drain."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        tracker: DrainTracker,
+        retry_after_seconds: int = 5,
+        exempt: frozenset[str] = frozenset({"/health", "/metrics"}),
+    ) -> None:
+        self.app = app
+        self.tracker = tracker
+        self._retry_after = str(retry_after_seconds).encode()
+        self._exempt = exempt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self._exempt:
+            await self.app(scope, receive, send)
+            return
+        if not self.tracker.enter():
+            headers = [(b"retry-after", self._retry_after), (b"connection", b"close")]
+            message = "The gateway is shutting down; retry shortly."
+            await send_error(send, 503, message, "shutting_down", headers=headers)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.tracker.leave()
