@@ -1,0 +1,154 @@
+"""Background scraper of engine /metrics: the latest queue, KV and speculative-acceptance view per backend.
+
+One asyncio task polls every backend about once per `interval_s` through an injected `fetch(url) -> str`
+(the app passes one built on its HTTP session; tests pass a plain coroutine). Each backend is fetched under
+its own timeout and all of them concurrently, so a slow or dead backend never delays the others: its data
+simply goes stale. Data older than `stale_after_intervals` intervals is stale, and the router then ignores
+it and falls back to the gateway's own measurements (docs/measurement.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from gateway.backends.engine_metrics import (
+    EngineMetrics,
+    Flavor,
+    SpecAcceptance,
+    acceptance_between,
+    parse_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[str], Awaitable[str]]
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeTarget:
+    backend: str
+    url: str  # the full /metrics URL
+    flavor: Flavor
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeResult:
+    backend: str
+    taken_at: float  # scraper clock (monotonic unless injected)
+    metrics: EngineMetrics
+    acceptance: SpecAcceptance | None  # since the previous good scrape (first scrape: since start)
+    acceptance_total: SpecAcceptance | None  # since the engine started
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.taken_at)
+
+
+class MetricsScraper:
+    """Polls each target's /metrics and keeps the latest good result per backend."""
+
+    def __init__(
+        self,
+        targets: Iterable[ScrapeTarget],
+        fetch: Fetch,
+        *,
+        interval_s: float = 1.0,
+        timeout_s: float | None = None,
+        stale_after_intervals: float = 3.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if interval_s <= 0 or stale_after_intervals <= 0:
+            raise ValueError("interval_s and stale_after_intervals must be positive")
+        self.interval_s = interval_s
+        # A fetch may never outlive the interval, so one dead backend cannot stretch a round.
+        self.timeout_s = min(timeout_s, interval_s) if timeout_s is not None else 0.8 * interval_s
+        self.stale_after_s = stale_after_intervals * interval_s
+        self._fetch = fetch
+        self._clock = clock
+        self._targets: dict[str, ScrapeTarget] = {}
+        self._latest: dict[str, ScrapeResult] = {}
+        self._errors: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.set_targets(targets)
+
+    def set_targets(self, targets: Iterable[ScrapeTarget]) -> None:
+        """Replace the target set (backends change on reload); data of removed backends is dropped."""
+        self._targets = {t.backend: t for t in targets}
+        for gone in set(self._latest) - set(self._targets):
+            del self._latest[gone]
+        for gone in set(self._errors) - set(self._targets):
+            del self._errors[gone]
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-metrics-scraper")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def latest(self, backend: str) -> ScrapeResult | None:
+        return self._latest.get(backend)
+
+    def last_error(self, backend: str) -> str | None:
+        """Why the most recent scrape of `backend` failed; None after a good one."""
+        return self._errors.get(backend)
+
+    def is_fresh(self, backend: str, now: float | None = None) -> bool:
+        result = self._latest.get(backend)
+        if result is None:
+            return False
+        return result.age(self._clock() if now is None else now) <= self.stale_after_s
+
+    def now(self) -> float:
+        return self._clock()
+
+    async def scrape_once(self) -> None:
+        """One round: every target concurrently, each under its own timeout."""
+        await asyncio.gather(*(self._scrape(target) for target in list(self._targets.values())))
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.scrape_once()
+            await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
+
+    async def _scrape(self, target: ScrapeTarget) -> None:
+        try:
+            text = await asyncio.wait_for(self._fetch(target.url), self.timeout_s)
+            metrics = parse_metrics(text, target.flavor)
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            self._fail(target, f"timed out after {self.timeout_s:.2f}s")
+            return
+        except Exception as exc:  # any failure of one backend stays that backend's problem
+            self._fail(target, f"{type(exc).__name__}: {exc}")
+            return
+        if self._targets.get(target.backend) != target:
+            return  # the target was removed or changed while the fetch was in flight
+        previous = self._latest.get(target.backend)
+        self._latest[target.backend] = ScrapeResult(
+            backend=target.backend,
+            taken_at=self._clock(),
+            metrics=metrics,
+            acceptance=acceptance_between(previous.metrics if previous else None, metrics),
+            acceptance_total=acceptance_between(None, metrics),
+        )
+        self._errors.pop(target.backend, None)
+
+    def _fail(self, target: ScrapeTarget, why: str) -> None:
+        if self._targets.get(target.backend) != target:
+            return
+        if self._errors.get(target.backend) != why:  # log changes of state, not every second
+            log.info("metrics scrape of %s (%s) failed: %s", target.backend, target.url, why)
+        self._errors[target.backend] = why

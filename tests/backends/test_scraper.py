@@ -1,0 +1,136 @@
+"""The engine /metrics scraper: latest result per backend, staleness, and isolation from dead backends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gateway.backends.scraper import MetricsScraper, ScrapeTarget
+
+
+def _vllm_text(waiting: int, drafts: int, draft_tokens: int, accepted: int) -> str:
+    return (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 4\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+        "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}\n'
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {draft_tokens}\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}\n'
+    )
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class ScriptedFetch:
+    """Serves queued bodies per URL; a URL listed in `hang` never answers, one in `fail` raises."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, list[str]] = {}
+        self.hang: set[str] = set()
+        self.fail: set[str] = set()
+        self.calls: list[str] = []
+
+    async def __call__(self, url: str) -> str:
+        self.calls.append(url)
+        if url in self.hang:
+            await asyncio.sleep(3600)
+        if url in self.fail:
+            raise ConnectionRefusedError("connection refused")
+        queue = self.bodies[url]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+
+A = ScrapeTarget("mtp", "http://a/metrics", "vllm")
+B = ScrapeTarget("plain", "http://b/metrics", "vllm")
+
+
+async def test_latest_holds_parsed_metrics_and_interval_acceptance() -> None:
+    fetch, clock = ScriptedFetch(), FakeClock()
+    fetch.bodies[A.url] = [_vllm_text(0, 100, 200, 140), _vllm_text(3, 150, 300, 200)]
+    scraper = MetricsScraper([A], fetch, interval_s=1.0, clock=clock)
+    await scraper.scrape_once()
+    clock.t += 1.0
+    await scraper.scrape_once()
+    result = scraper.latest("mtp")
+    assert result is not None and result.taken_at == 1001.0
+    assert result.metrics.waiting == 3.0
+    assert result.acceptance is not None and result.acceptance.acceptance_rate == pytest.approx(60 / 100)
+    total = result.acceptance_total
+    assert total is not None and total.acceptance_rate == pytest.approx(200 / 300)
+
+
+async def test_data_goes_stale_after_three_intervals_without_a_good_scrape() -> None:
+    fetch, clock = ScriptedFetch(), FakeClock()
+    fetch.bodies[A.url] = [_vllm_text(0, 1, 2, 1)]
+    scraper = MetricsScraper([A], fetch, interval_s=1.0, stale_after_intervals=3, clock=clock)
+    assert not scraper.is_fresh("mtp")
+    await scraper.scrape_once()
+    fetch.fail.add(A.url)
+    clock.t += 3.0
+    await scraper.scrape_once()
+    assert scraper.is_fresh("mtp")
+    assert scraper.last_error("mtp") == "ConnectionRefusedError: connection refused"
+    clock.t += 0.5
+    assert not scraper.is_fresh("mtp")
+    assert scraper.latest("mtp") is not None  # kept, but the router must treat it as stale
+
+
+async def test_dead_backend_does_not_delay_the_others() -> None:
+    fetch = ScriptedFetch()
+    fetch.bodies[B.url] = [_vllm_text(1, 1, 2, 1)]
+    fetch.hang.add(A.url)
+    scraper = MetricsScraper([A, B], fetch, interval_s=0.2, timeout_s=0.2)
+    started = time.monotonic()
+    round_ = asyncio.create_task(scraper.scrape_once())
+    await asyncio.sleep(0.05)
+    assert scraper.latest("plain") is not None  # landed while the dead backend still hangs
+    await asyncio.wait_for(round_, timeout=2.0)
+    assert time.monotonic() - started < 1.0
+    assert scraper.latest("mtp") is None
+    assert scraper.last_error("mtp") == "timed out after 0.20s"
+
+
+async def test_background_task_polls_every_interval_and_stops_cleanly() -> None:
+    fetch = ScriptedFetch()
+    fetch.bodies[B.url] = [_vllm_text(0, 1, 2, 1)]
+    fetch.hang.add(A.url)
+    scraper = MetricsScraper([A, B], fetch, interval_s=0.05)
+    scraper.start()
+    await asyncio.sleep(0.33)
+    await asyncio.wait_for(scraper.stop(), timeout=1.0)
+    polls_of_b = fetch.calls.count(B.url)
+    assert 4 <= polls_of_b <= 8  # about one per interval despite A never answering
+    await asyncio.sleep(0.1)
+    assert fetch.calls.count(B.url) == polls_of_b
+
+
+async def test_unparsable_body_is_an_error_not_a_crash() -> None:
+    fetch = ScriptedFetch()
+    fetch.bodies[A.url] = ['{"error":{"code":501,"message":"not supported"}']
+    scraper = MetricsScraper([A], fetch, interval_s=1.0)
+    await scraper.scrape_once()
+    assert scraper.latest("mtp") is None
+    assert scraper.last_error("mtp") is not None
+
+
+async def test_removed_backend_data_is_dropped() -> None:
+    fetch = ScriptedFetch()
+    fetch.bodies[A.url] = [_vllm_text(0, 1, 2, 1)]
+    scraper = MetricsScraper([A], fetch, interval_s=1.0)
+    await scraper.scrape_once()
+    scraper.set_targets([B])
+    assert scraper.latest("mtp") is None

@@ -1,0 +1,187 @@
+"""Prediction of TTFT / TPOT at the load a request would join, engine hints, and exploration."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gateway.backends.engine_metrics import EngineMetrics
+from gateway.backends.scraper import ScrapeResult
+from gateway.routing.predict import (
+    MAX_EPSILON,
+    EngineHint,
+    ModelCache,
+    fit_linear,
+    hint_from_scrape,
+    pick_exploration,
+    predict,
+    predict_with_model,
+    rank,
+)
+from gateway.stats.live import LiveRecorder, Sample
+
+
+def cell(ttft: tuple[float, float], tpot: tuple[float, float], levels: range, seed: int = 1) -> list[Sample]:
+    """Samples whose TTFT and TPOT grow linearly with concurrency (base, per extra request), +-5% noise."""
+    rng = random.Random(seed)
+    out = []
+    for c in levels:
+        for _ in range(4):
+            t = (ttft[0] + ttft[1] * c) * rng.uniform(0.95, 1.05)
+            p = (tpot[0] + tpot[1] * c) * rng.uniform(0.95, 1.05)
+            out.append(Sample(e2e=t + 255 * p, ttft=t, output_tokens=256, prompt_tokens=2048, concurrency=c))
+    return out
+
+
+# Seed 003 shapes: MTP decodes faster alone but, on long-context concurrent prefill, degrades faster.
+MTP = cell(ttft=(0.20, 0.60), tpot=(0.0120, 0.0080), levels=range(1, 5))
+PLAIN = cell(ttft=(0.25, 0.90), tpot=(0.0190, 0.0040), levels=range(1, 5), seed=2)
+
+
+def test_prefers_the_backend_that_is_really_faster_for_the_objective() -> None:
+    fast = cell(ttft=(0.3, 0.0), tpot=(0.018, 0.0), levels=range(1, 4))
+    slow = cell(ttft=(0.5, 0.0), tpot=(0.0195, 0.0), levels=range(1, 4), seed=3)
+    for objective in ("ttft", "e2e", "tokens_per_second"):
+        preds = [predict(n, s, inflight=1, objective=objective) for n, s in (("slow", slow), ("fast", fast))]
+        assert rank(preds) == ["fast", "slow"], objective
+
+
+def test_at_high_concurrency_prefers_the_backend_that_degrades_less() -> None:
+    def best(inflight: int) -> str:
+        cells = (("mtp", MTP), ("plain", PLAIN))
+        preds = [predict(n, s, inflight=inflight, objective="tokens_per_second") for n, s in cells]
+        return rank(preds)[0]
+
+    assert best(0) == "mtp"  # single user: MTP decodes faster
+    assert best(7) == "plain"  # 8-way load: MTP's TPOT has grown past plain's
+
+
+def test_tpot_prediction_follows_the_fit_at_the_load_the_request_joins() -> None:
+    p = predict("mtp", MTP, inflight=5, objective="tokens_per_second")
+    assert p.concurrency == 6
+    assert p.tpot == pytest.approx(0.012 + 0.008 * 6, rel=0.05)
+    assert p.tpot is not None and p.value == pytest.approx(1 / p.tpot)
+    assert p.higher_is_better
+    assert "c 1..4" in p.why and "c=6" in p.why
+
+
+def test_e2e_objective_is_ttft_plus_max_output_tokens_times_tpot() -> None:
+    p = predict("plain", PLAIN, inflight=0, objective="e2e", max_output_tokens=1000)
+    assert p.ttft is not None and p.tpot is not None
+    assert p.value == pytest.approx(p.ttft + 1000 * p.tpot)
+    assert not p.higher_is_better
+
+
+def test_too_few_samples_gives_no_prediction_and_ranks_last() -> None:
+    few = predict("new", MTP[:3], inflight=0, objective="ttft")
+    assert few.value is None and few.samples == 3 and "< 5" in few.why
+    known = predict("plain", PLAIN, inflight=0, objective="ttft")
+    assert rank([few, known]) == ["plain", "new"]
+
+
+def test_failed_requests_are_not_counted_as_measurements() -> None:
+    failed = [Sample(e2e=0.1, ttft=0.05, output_tokens=3, prompt_tokens=10, concurrency=1, error=True)] * 10
+    assert predict("b", failed, inflight=0, objective="ttft").value is None
+
+
+def test_one_concurrency_level_falls_back_to_the_mean() -> None:
+    fit = fit_linear([(2.0, 1.0), (2.0, 3.0)])
+    assert fit is not None and fit.slope == 0.0
+    assert fit.at(10.0) == pytest.approx(2.0)
+
+
+def test_noise_never_makes_more_load_look_faster() -> None:
+    fit = fit_linear([(1.0, 2.0), (4.0, 1.0)])
+    assert fit is not None and fit.slope == 0.0
+    assert fit.at(16.0) == pytest.approx(1.5)
+
+
+def test_no_extrapolation_below_the_lowest_measured_load() -> None:
+    fit = fit_linear([(4.0, 1.0), (8.0, 2.0)])
+    assert fit is not None
+    assert fit.at(1.0) == pytest.approx(1.0)
+
+
+def test_fresh_engine_queue_adds_a_ttft_penalty() -> None:
+    base = predict("mtp", MTP, inflight=0, objective="ttft")
+    hint = EngineHint(waiting=4, running=8, kv_usage=0.5, age_s=0.5, stale_after_s=3.0)
+    queued = predict("mtp", MTP, inflight=0, objective="ttft", hint=hint)
+    mean_e2e = sum(s.e2e for s in MTP) / len(MTP)
+    assert queued.ttft == pytest.approx((base.ttft or 0) + 4 * mean_e2e / 8)
+    assert "4 waiting" in queued.why
+
+
+def test_full_kv_cache_counts_as_a_queue() -> None:
+    hint = EngineHint(waiting=0, running=8, kv_usage=0.99, age_s=0.1, stale_after_s=3.0)
+    base = predict("mtp", MTP, inflight=0, objective="ttft")
+    full = predict("mtp", MTP, inflight=0, objective="ttft", hint=hint)
+    assert (full.ttft or 0) > (base.ttft or 0)
+
+
+def test_stale_engine_metrics_are_ignored_and_said_so() -> None:
+    stale = EngineHint(waiting=50, running=1, kv_usage=1.0, age_s=3.5, stale_after_s=3.0)
+    base = predict("mtp", MTP, inflight=0, objective="ttft")
+    p = predict("mtp", MTP, inflight=0, objective="ttft", hint=stale)
+    assert p.ttft == base.ttft
+    assert "stale (3.5s > 3.0s): ignored" in p.why
+
+
+def test_missing_engine_metrics_fall_back_to_gateway_measurements() -> None:
+    p = predict("mtp", MTP, inflight=0, objective="ttft", hint=None)
+    assert "no engine metrics" in p.why
+
+
+def test_hint_from_scrape_carries_age_on_the_scraper_clock() -> None:
+    metrics = EngineMetrics("vllm", running=3, waiting=2, kv_usage=0.4)
+    result = ScrapeResult("b", taken_at=100.0, metrics=metrics, acceptance=None, acceptance_total=None)
+    hint = hint_from_scrape(result, now=104.0, stale_after_s=3.0)
+    assert hint is not None and hint.age_s == 4.0 and not hint.fresh
+    assert hint_from_scrape(None, now=1.0, stale_after_s=3.0) is None
+
+
+def test_exploration_is_deterministic_given_the_seed() -> None:
+    counts = {"a": 40, "b": 2, "c": 0}
+    rng_1, rng_2 = random.Random(7), random.Random(7)
+    draws_1 = [pick_exploration(counts, rng_1, epsilon=0.2) for _ in range(200)]
+    draws_2 = [pick_exploration(counts, rng_2, epsilon=0.2) for _ in range(200)]
+    assert draws_1 == draws_2
+    chosen = {e.backend for e in draws_1 if e is not None}
+    assert chosen == {"c"}  # the least measured cell first
+
+
+def test_exploration_rate_is_bounded_by_epsilon_and_capped() -> None:
+    rng = random.Random(1)
+    counts = {"a": 100, "b": 0}
+    rate = sum(pick_exploration(counts, rng, epsilon=0.05) is not None for _ in range(20_000)) / 20_000
+    assert rate == pytest.approx(0.05, abs=0.01)
+    greedy = sum(pick_exploration(counts, rng, epsilon=1.0) is not None for _ in range(20_000)) / 20_000
+    assert greedy == pytest.approx(MAX_EPSILON, abs=0.02)
+
+
+def test_no_exploration_once_every_cell_is_measured() -> None:
+    rng = random.Random(3)
+    assert all(pick_exploration({"a": 5, "b": 9}, rng, epsilon=0.5) is None for _ in range(1000))
+
+
+def test_model_cache_refits_only_when_the_cell_changes() -> None:
+    rec = LiveRecorder(max_age_s=600.0)
+    for i, s in enumerate(MTP):
+        rec.record("mtp", "chat", s, now=1000.0 + i)
+    cache = ModelCache()
+    first = cache.get(rec, "mtp", "chat", now=1100.0)
+    assert cache.get(rec, "mtp", "chat", now=1100.0) is first
+    rec.record("mtp", "chat", MTP[0], now=1101.0)
+    second = cache.get(rec, "mtp", "chat", now=1101.0)
+    assert second is not first and second.samples == first.samples + 1
+    expired = cache.get(rec, "mtp", "chat", now=1000.0 + 600.5)  # the oldest sample aged out
+    assert expired.samples == second.samples - 1
+
+
+def test_cached_model_predicts_like_the_plain_function() -> None:
+    rec = LiveRecorder()
+    for i, s in enumerate(PLAIN):
+        rec.record("plain", "long", s, now=1000.0 + i)
+    model = ModelCache().get(rec, "plain", "long", now=1100.0)
+    direct = predict("plain", PLAIN, inflight=3, objective="e2e")
+    assert predict_with_model("plain", model, inflight=3, objective="e2e") == direct
