@@ -1,0 +1,175 @@
+"""The policy file's shape, as pydantic models. The same models validate a loaded YAML file and export the
+JSON Schema that `spark-gateway schema` prints, so editors and the gateway agree on one definition.
+
+Every model forbids unknown fields: a misspelt condition (`prompt_token:`) must fail loudly instead of
+silently matching everything.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+RoutingMode = Literal["static", "adaptive"]
+Objective = Literal["ttft", "tokens_per_second", "e2e"]
+Modality = Literal["text", "image", "video", "audio"]
+Number = float  # one type, so a bad value yields one error, not one per union member
+
+# Profile names become Prometheus label values and explain keys: keep them short and plain.
+ProfileName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NumberCondition(_Strict):
+    """Comparisons on a numeric feature; every given bound must hold (`{gte: 2, lt: 16}` is a range)."""
+
+    gt: Number | None = None
+    gte: Number | None = None
+    lt: Number | None = None
+    lte: Number | None = None
+    eq: Number | None = None
+
+    @model_validator(mode="after")
+    def _needs_a_bound(self) -> NumberCondition:
+        if all(getattr(self, op) is None for op in ("gt", "gte", "lt", "lte", "eq")):
+            raise ValueError("give at least one of gt, gte, lt, lte, eq")
+        return self
+
+
+class SetCondition(_Strict):
+    """Conditions on the request's modalities (a set such as {text, image})."""
+
+    contains: Modality | list[Modality] | None = Field(default=None, description="all of these are present")
+    contains_any: list[Modality] | None = Field(default=None, description="at least one of these is present")
+    excludes: Modality | list[Modality] | None = Field(default=None, description="none of these is present")
+    in_: list[Modality] | None = Field(default=None, alias="in", description="every modality is one of these")
+
+    @model_validator(mode="after")
+    def _needs_a_test(self) -> SetCondition:
+        if all(v is None for v in (self.contains, self.contains_any, self.excludes, self.in_)):
+            raise ValueError("give at least one of contains, contains_any, excludes, in")
+        return self
+
+
+class StringCondition(_Strict):
+    """Membership tests on a string feature (model, endpoint, response_format)."""
+
+    in_: list[str] | None = Field(default=None, alias="in", description="the value is one of these")
+    not_in: list[str] | None = Field(default=None, description="the value is none of these")
+
+    @model_validator(mode="after")
+    def _needs_a_test(self) -> StringCondition:
+        if self.in_ is None and self.not_in is None:
+            raise ValueError("give in or not_in")
+        return self
+
+
+class When(_Strict):
+    """Conditions over the request's features. All given conditions must hold."""
+
+    prompt_tokens: NumberCondition | None = Field(default=None, description="estimated prompt tokens")
+    max_output_tokens: NumberCondition | None = Field(
+        default=None, description="max_tokens / max_completion_tokens; a request without one never matches"
+    )
+    total_tokens: NumberCondition | None = Field(
+        default=None, description="estimated prompt tokens + requested output tokens (or the default)"
+    )
+    pool_inflight: NumberCondition | None = Field(
+        default=None, description="requests in flight in the model pool, this one excluded"
+    )
+    temperature: NumberCondition | None = Field(
+        default=None, description="a request without one never matches"
+    )
+    n: NumberCondition | None = None
+    modalities: SetCondition | None = None
+    model: StringCondition | None = Field(default=None, description="the model name the client sent")
+    endpoint: StringCondition | None = Field(default=None, description="chat or completions")
+    response_format: StringCondition | None = Field(
+        default=None, description="json_object, json_schema, text; a request without one has 'none'"
+    )
+    tools: bool | None = Field(default=None, description="the request carries tool definitions")
+    stream: bool | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> When:
+        if not self.model_fields_set:
+            raise ValueError("an empty `when` matches everything: remove it, or name the profile default")
+        return self
+
+
+class Require(_Strict):
+    """Capabilities a backend must have to serve this profile (hard filters)."""
+
+    modalities: list[Modality] = Field(default_factory=list, description="e.g. [image]")
+    vision: bool = Field(default=False, description="shorthand for modalities: [image]")
+    min_context: int | None = Field(default=None, gt=0, description="context_length at least this")
+
+    def needed_modalities(self) -> frozenset[str]:
+        return frozenset(self.modalities) | ({"image"} if self.vision else set())
+
+
+class Weights(_Strict):
+    """How much each scorer counts in the weighted sum (each score lies in [0, 1])."""
+
+    preference: float = Field(default=1.0, ge=0)
+    load: float = Field(default=0.3, ge=0)
+    objective: float = Field(default=1.0, ge=0, description="the predicted objective, adaptive routing only")
+
+
+class Profile(_Strict):
+    """A named workload class and what it wants from the pool."""
+
+    name: ProfileName
+    description: str | None = None
+    when: When | None = Field(default=None, description="absent only on the default profile")
+    prefer: list[str] = Field(default_factory=list, description="backend names or tags, best first")
+    require: Require = Field(default_factory=Require)
+    avoid: list[str] = Field(default_factory=list, description="backend names or tags never used")
+    objective: Objective = Field(default="e2e", description="what adaptive routing minimises or maximises")
+    routing: RoutingMode | None = Field(default=None, description="overrides the policy's routing mode")
+
+
+class Policy(_Strict):
+    """A routing policy: the first profile whose `when` holds classifies the request."""
+
+    version: Literal[1]
+    description: str | None = None
+    routing: RoutingMode = "static"
+    weights: Weights = Field(default_factory=Weights)
+    profiles: list[Profile] = Field(min_length=1)
+
+    @field_validator("profiles")
+    @classmethod
+    def _default_profile_last(cls, profiles: list[Profile]) -> list[Profile]:
+        names = [p.name for p in profiles]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"profile names must be unique; repeated: {', '.join(duplicates)}")
+        if profiles[-1].name != "default" or profiles[-1].when is not None:
+            raise ValueError(
+                "the last profile must be named default and have no `when` (it catches the rest)"
+            )
+        unreachable = [p.name for p in profiles[:-1] if p.when is None]
+        if unreachable:
+            raise ValueError(
+                f"only the default profile may omit `when`; add conditions to: {', '.join(unreachable)}"
+            )
+        return profiles
+
+    def profile(self, name: str) -> Profile:
+        return next(p for p in self.profiles if p.name == name)
+
+    def routing_for(self, profile: Profile) -> RoutingMode:
+        return profile.routing or self.routing
+
+
+def policy_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a policy file, as `spark-gateway schema` prints it."""
+    schema = Policy.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "spark-gateway policy"
+    return schema

@@ -1,0 +1,20 @@
+"""What every filter and scorer sees about the request being routed: its features and its profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.policy.schema import Profile, RoutingMode, Weights
+from gateway.routing.types import Features
+
+
+@dataclass(frozen=True, slots=True)
+class RouteContext:
+    features: Features
+    profile: Profile
+    routing: RoutingMode  # the profile's override, else the policy's default
+    weights: Weights
+
+    @property
+    def pool(self) -> str:
+        return self.features.model

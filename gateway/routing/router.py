@@ -1,0 +1,156 @@
+"""The policy router: features -> profile -> filters -> scorers -> picker, for every request.
+
+`schedule` is the whole scheduling loop, pure: plain data in, a Decision out. `PolicyRouter` wraps it with
+the state a running gateway has: the policy in force (read from a PolicyWatcher, so a reload applies to
+the next request), the learned characters-per-token ratios, and the optional adaptive objective scorer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from gateway.policy.classify import classify, classify_explained
+from gateway.policy.load import LoadedPolicy
+from gateway.policy.schema import Policy, Profile
+from gateway.routing.context import RouteContext
+from gateway.routing.explain import build_explanation
+from gateway.routing.features import TokenEstimator, content_size, extract_features
+from gateway.routing.filters import DEFAULT_FILTERS, Filter
+from gateway.routing.picker import pick
+from gateway.routing.scorers import LoadScorer, PreferenceScorer, Scorer
+from gateway.routing.types import BackendSnapshot, Candidate, Decision, Features, Refusal
+
+WeightedScorer = tuple[Scorer, float]
+
+
+def schedule(
+    ctx: RouteContext,
+    backends: Sequence[BackendSnapshot],
+    filters: Sequence[Filter],
+    scorers: Sequence[WeightedScorer],
+) -> Decision:
+    """Filter in order (stop when none are left: that filter writes the refusal), score the survivors,
+    rank them by weighted sum. Every backend ends up in `candidates`, with its reason or its scores."""
+    profile = ctx.profile.name
+    if not backends:
+        return Decision(profile, (), (), Refusal(503, "no_backend", f"pool {ctx.pool} has no backends"))
+    filtered: list[Candidate] = []
+    survivors = list(backends)
+    for f in filters:
+        kept: list[BackendSnapshot] = []
+        rejected: list[BackendSnapshot] = []
+        for b in survivors:
+            reason = f.reject(ctx, b)
+            if reason is None:
+                kept.append(b)
+            else:
+                rejected.append(b)
+                filtered.append(Candidate(b.name, eligible=False, reason=f"{f.name}: {reason}"))
+        if not kept:
+            return Decision(profile, (), tuple(filtered), f.refuse(ctx, rejected))
+        survivors = kept
+    per_scorer = {s.name: s.score(ctx, survivors) for s, _ in scorers}
+    ranked = pick(per_scorer, {s.name: w for s, w in scorers}, [b.name for b in survivors])
+    scored = [
+        Candidate(
+            name,
+            eligible=True,
+            reason=f"rank {i + 1}",
+            score=round(total, 6),
+            details={s: round(per[name], 6) for s, per in per_scorer.items() if name in per},
+        )
+        for i, (name, total) in enumerate(ranked)
+    ]
+    return Decision(profile, tuple(name for name, _ in ranked), tuple(scored + filtered))
+
+
+class PolicySource(Protocol):
+    """Where the router reads the policy in force (PolicyWatcher satisfies it)."""
+
+    @property
+    def current(self) -> LoadedPolicy: ...
+
+    @property
+    def last_error(self) -> str | None: ...
+
+
+class FixedPolicy:
+    """A PolicySource that never changes (tests, one-shot tools)."""
+
+    def __init__(self, loaded: LoadedPolicy) -> None:
+        self._loaded = loaded
+
+    @property
+    def current(self) -> LoadedPolicy:
+        return self._loaded
+
+    @property
+    def last_error(self) -> str | None:
+        return None
+
+
+class PolicyRouter:
+    def __init__(
+        self,
+        policy: PolicySource,
+        *,
+        estimator: TokenEstimator | None = None,
+        objective_scorer: Scorer | None = None,
+        filters: Sequence[Filter] = DEFAULT_FILTERS,
+    ) -> None:
+        self.policy = policy
+        self.estimator = estimator or TokenEstimator()
+        self.objective_scorer = objective_scorer
+        self.filters = tuple(filters)
+        self._preference, self._load = PreferenceScorer(), LoadScorer()
+
+    def route(self, endpoint: str, body: Mapping[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        policy = self.policy.current.policy  # one read: a reload mid-request cannot mix two policies
+        features = extract_features(endpoint, body, backends, self.estimator)
+        ctx = self._context(policy, classify(policy, features), features)
+        return schedule(ctx, backends, self.filters, self._scorers(ctx))
+
+    def explain(
+        self, endpoint: str, body: Mapping[str, Any], backends: Sequence[BackendSnapshot]
+    ) -> dict[str, Any]:
+        """The decision `route` would make, with every reason; nothing is sent anywhere."""
+        loaded = self.policy.current
+        features = extract_features(endpoint, body, backends, self.estimator)
+        classification = classify_explained(loaded.policy, features)
+        ctx = self._context(loaded.policy, classification.profile, features)
+        scorers = self._scorers(ctx)
+        decision = schedule(ctx, backends, self.filters, scorers)
+        return build_explanation(
+            features,
+            classification,
+            ctx,
+            decision,
+            scorers={s.name: w for s, w in scorers},
+            policy=loaded,
+            last_error=self.policy.last_error,
+            routing_note=self._routing_note(ctx),
+        )
+
+    def observe_prompt_tokens(self, backend: str, body: Mapping[str, Any], prompt_tokens: int) -> None:
+        """Teach the estimator from a finished request's usage.prompt_tokens on `backend`."""
+        chars, token_ids, _ = content_size(body)
+        if token_ids == 0:  # a prompt given as token ids says nothing about characters per token
+            self.estimator.observe(backend, chars, prompt_tokens)
+
+    def _context(self, policy: Policy, profile: Profile, features: Features) -> RouteContext:
+        return RouteContext(features, profile, policy.routing_for(profile), policy.weights)
+
+    def _scorers(self, ctx: RouteContext) -> list[WeightedScorer]:
+        w = ctx.weights
+        chosen: list[WeightedScorer] = [(self._preference, w.preference), (self._load, w.load)]
+        if ctx.routing == "adaptive" and self.objective_scorer is not None:
+            chosen.append((self.objective_scorer, w.objective))
+        return [(s, weight) for s, weight in chosen if weight > 0]
+
+    def _routing_note(self, ctx: RouteContext) -> str:
+        if ctx.routing == "static":
+            return "static: policy preference and load"
+        if self.objective_scorer is None:
+            return "adaptive requested, but no objective scorer is configured: static scoring used"
+        return f"adaptive: policy preference, load and predicted {ctx.profile.objective}"

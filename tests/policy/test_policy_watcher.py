@@ -1,0 +1,182 @@
+"""Hot reload: valid edits apply within the poll interval, invalid edits are refused and counted, and the
+last good policy stays in force."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from gateway.policy.load import PolicyError, PolicyWatcher
+
+
+def policy_text(threshold: int) -> str:
+    return (
+        "version: 1\n"
+        "profiles:\n"
+        "  - name: long\n"
+        "    when:\n"
+        f"      prompt_tokens: {{gt: {threshold}}}\n"
+        "  - name: default\n"
+    )
+
+
+BROKEN = policy_text(1).replace("prompt_tokens", "prompt_tokenz")
+
+
+def write(path: Path, text: str) -> None:
+    # Atomic replace, as editors and config management tools do.
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def threshold(watcher: PolicyWatcher) -> float | None:
+    when = watcher.current.policy.profiles[0].when
+    assert when is not None and when.prompt_tokens is not None
+    return when.prompt_tokens.gt
+
+
+def has_threshold(watcher: PolicyWatcher, value: int) -> bool:
+    return threshold(watcher) == value
+
+
+class Reloads:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+
+    def __call__(self, result: str, error: str | None) -> None:
+        self.calls.append((result, error))
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy_text(1000))
+    return path
+
+
+@pytest.fixture
+async def running(policy_file: Path) -> AsyncIterator[tuple[PolicyWatcher, Reloads]]:
+    reloads = Reloads()
+    watcher = PolicyWatcher(policy_file, interval_s=0.02, on_reload=reloads)
+    await watcher.start()
+    try:
+        yield watcher, reloads
+    finally:
+        await watcher.stop()
+
+
+async def wait_for(condition: Callable[[], object], timeout: float = 2.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met within 2 s")
+        await asyncio.sleep(0.01)
+
+
+def test_a_broken_file_at_start_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(BROKEN)
+    with pytest.raises(PolicyError):
+        PolicyWatcher(path)
+
+
+async def test_a_valid_edit_applies_within_two_seconds(
+    running: tuple[PolicyWatcher, Reloads], policy_file: Path
+) -> None:
+    watcher, reloads = running
+    write(policy_file, policy_text(2000))
+    await wait_for(lambda: threshold(watcher) == 2000)
+    assert reloads.calls == [("ok", None)]
+    assert watcher.last_error is None
+
+
+async def test_an_invalid_edit_is_refused_with_its_line_and_the_last_good_policy_stays(
+    running: tuple[PolicyWatcher, Reloads], policy_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    watcher, reloads = running
+    caplog.set_level(logging.ERROR, logger="gateway.policy")
+    write(policy_file, BROKEN)
+    await wait_for(lambda: reloads.calls)
+    assert reloads.calls[0][0] == "error"
+    assert threshold(watcher) == 1000
+    assert (
+        watcher.last_error is not None
+        and f"{policy_file}:5: profiles.0.when.prompt_tokenz" in watcher.last_error
+    )
+    assert any(
+        f"{policy_file}:5:" in r.getMessage() and "keeping the last good" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+async def test_the_same_broken_content_is_reported_once(
+    running: tuple[PolicyWatcher, Reloads], policy_file: Path
+) -> None:
+    watcher, reloads = running
+    write(policy_file, BROKEN)
+    await wait_for(lambda: reloads.calls)
+    write(policy_file, BROKEN)
+    await asyncio.sleep(0.1)
+    assert reloads.calls == [("error", watcher.last_error)]
+
+
+async def test_twenty_rewrites_with_one_invalid_end_on_the_last_valid_policy(
+    running: tuple[PolicyWatcher, Reloads], policy_file: Path
+) -> None:
+    watcher, reloads = running
+    for i in range(20):
+        if i == 9:
+            write(policy_file, BROKEN)
+            await wait_for(lambda: watcher.last_error is not None)
+            assert threshold(watcher) == 1000 + i  # the policy from rewrite 8 is still in force
+            continue
+        write(policy_file, policy_text(1001 + i))
+        await wait_for(partial(has_threshold, watcher, 1001 + i))
+    assert threshold(watcher) == 1020
+    assert watcher.reload_counts == {"ok": 19, "error": 1}
+    assert [r for r, _ in reloads.calls].count("error") == 1
+    assert watcher.last_error is None  # a later good edit clears it
+
+
+def test_manual_reload_reports_errors_and_keeps_the_policy(policy_file: Path) -> None:
+    watcher = PolicyWatcher(policy_file)
+    policy_file.write_text(BROKEN)
+    result = watcher.reload()
+    assert not result.ok and result.errors and result.loaded is watcher.current
+    assert threshold(watcher) == 1000
+    policy_file.write_text(policy_text(5))
+    result = watcher.reload()
+    assert result.ok and result.changed and threshold(watcher) == 5
+
+
+def test_a_touch_without_change_is_not_a_reload(policy_file: Path) -> None:
+    reloads = Reloads()
+    watcher = PolicyWatcher(policy_file, on_reload=reloads)
+    policy_file.touch()
+    assert watcher.poll() is None
+    assert reloads.calls == []
+
+
+def test_a_same_size_edit_is_noticed(policy_file: Path) -> None:
+    watcher = PolicyWatcher(policy_file)
+    stat = policy_file.stat()
+    policy_file.write_text(policy_text(9999))  # same length as 1000
+    os.utime(policy_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same mtime
+    result = watcher.poll()
+    assert result is not None and result.ok and threshold(watcher) == 9999
+
+
+async def test_stop_ends_the_polling_task(policy_file: Path) -> None:
+    watcher = PolicyWatcher(policy_file, interval_s=0.01)
+    await watcher.start()
+    await watcher.stop()
+    write(policy_file, policy_text(7))
+    await asyncio.sleep(0.05)
+    assert threshold(watcher) == 1000
