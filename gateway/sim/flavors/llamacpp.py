@@ -1,0 +1,377 @@
+"""llama.cpp's llama-server (reference/engines.md section 4): listens at once and answers every path with
+503 "Loading model" until loaded, `{"error":{code,message,type}}` errors (context overflow with
+n_prompt_tokens/n_ctx, 500 for an image to a model without mmproj), one chunk per token, `timings` with
+draft_n/draft_n_accepted on the last chunk, a failed stream ends without [DONE], /props and /slots,
+llamacpp:* metrics without labels."""
+
+from __future__ import annotations
+
+import secrets
+import string
+from typing import ClassVar
+
+import orjson
+from aiohttp import web
+
+from gateway.sim.flavors.base import JSON, EngineView, Flavor, Handler, Piece, RunSummary, unix_now
+from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
+from gateway.sim.fleet import EngineSpec
+
+_ERROR_TYPES = {
+    "bad_request": "invalid_request_error",
+    "context": "exceed_context_size_error",
+    "not_found": "not_found_error",
+    "server": "server_error",
+    "unavailable": "unavailable_error",
+    "not_supported": "not_supported_error",
+}
+_BUILD = "b7200-0c1e5709"
+_ID_CHARS = string.ascii_letters + string.digits
+
+
+class LlamaCppFlavor(Flavor):
+    name = "llamacpp"
+    listens_while_loading = True
+    done_after_error = False
+    chunk_per_token = True
+    requires_json_content_type = False
+    metrics_content_type = "text/plain; version=0.0.4"
+    route_aliases: ClassVar[dict[str, str]] = {
+        "/chat/completions": "/v1/chat/completions",
+        "/completions": "/v1/completions",
+        "/models": "/v1/models",
+        "/v1/health": "/health",
+    }
+
+    def check_request(self, req: ParsedRequest, spec: EngineSpec) -> None:
+        """The model name is not checked in single-model mode; images need a multimodal projector."""
+        if req.images and not spec.vision:
+            raise self.image_error(spec)
+
+    def image_error(self, spec: EngineSpec) -> ApiError:
+        # Raised as std::runtime_error inside the server, hence a 500 and not a 400.
+        return ApiError(
+            500,
+            "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj",
+            "server",
+        )
+
+    def output_budget(self, req: ParsedRequest, prompt_tokens: int, spec: EngineSpec) -> int:
+        n_ctx = spec.context_length
+        if prompt_tokens >= n_ctx:
+            raise ApiError(
+                400,
+                f"request ({prompt_tokens} tokens) exceeds the available context size "
+                f"({n_ctx} tokens), try increasing it",
+                "context",
+                extra={"n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx},
+            )
+        # Generation stops when the slot's context is full (finish_reason "length").
+        return min(req.max_tokens or n_ctx, n_ctx - prompt_tokens)
+
+    def new_id(self, req: ParsedRequest) -> str:
+        return "chatcmpl-" + "".join(secrets.choice(_ID_CHARS) for _ in range(32))
+
+    def continuous_usage(self, req: ParsedRequest) -> bool:
+        return False  # only include_usage is parsed
+
+    def fault_error(self) -> ApiError:
+        return ApiError(500, "failed to decode the batch", "server")
+
+    def error_body(self, err: ApiError) -> JSON:
+        return {
+            "error": {"code": err.status, "message": err.message, "type": _ERROR_TYPES[err.kind], **err.extra}
+        }
+
+    def health_ok(self) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    def loading_response(self) -> web.Response | None:
+        body = orjson.dumps({"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}})
+        return web.Response(
+            status=503, body=body, headers={"Content-Type": "application/json; charset=utf-8"}
+        )
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> JSON:
+        return {
+            "completion_tokens": completion_tokens,
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+
+    def chunk(self, plan: RequestPlan, piece: Piece | None, finish: str | None, usage: JSON | None) -> JSON:
+        if plan.request.endpoint == "chat":
+            choice: JSON = {"finish_reason": finish, "index": 0, "delta": _delta(piece)}
+            kind = "chat.completion.chunk"
+        else:
+            choice = {
+                "text": piece.content if piece and piece.content else "",
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": finish,
+            }
+            kind = "text_completion"
+        return {
+            "choices": [choice],
+            "created": plan.created,
+            "id": plan.request_id,
+            "model": plan.response_model,
+            "system_fingerprint": _BUILD,
+            "object": kind,
+        }
+
+    def usage_chunk(self, plan: RequestPlan, usage: JSON) -> JSON:
+        kind = "chat.completion.chunk" if plan.request.endpoint == "chat" else "text_completion"
+        return {
+            "choices": [],
+            "created": plan.created,
+            "id": plan.request_id,
+            "model": plan.response_model,
+            "system_fingerprint": _BUILD,
+            "object": kind,
+            "usage": usage,
+        }
+
+    def response(
+        self, plan: RequestPlan, content: str, reasoning: str | None, finish: str, usage: JSON
+    ) -> JSON:
+        if plan.request.endpoint == "chat":
+            message: JSON = {"role": "assistant", "content": content}
+            if reasoning:
+                message["reasoning_content"] = reasoning
+            choice: JSON = {"finish_reason": finish, "index": 0, "message": message}
+            kind = "chat.completion"
+        else:
+            choice = {"text": content, "index": 0, "logprobs": None, "finish_reason": finish}
+            kind = "text_completion"
+        return {
+            "choices": [choice],
+            "created": plan.created,
+            "model": plan.response_model,
+            "system_fingerprint": _BUILD,
+            "object": kind,
+            "usage": usage,
+            "id": plan.request_id,
+        }
+
+    def last_chunk_extra(self, summary: RunSummary) -> JSON:
+        prompt_ms = summary.prompt_s * 1000
+        predicted_ms = summary.predicted_s * 1000
+        timings: JSON = {
+            "cache_n": 0,
+            "prompt_n": summary.prompt_tokens,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / max(1, summary.prompt_tokens),
+            "prompt_per_second": summary.prompt_tokens / summary.prompt_s if summary.prompt_s > 0 else 0.0,
+            "predicted_n": summary.completion_tokens,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / max(1, summary.completion_tokens),
+            "predicted_per_second": summary.completion_tokens / summary.predicted_s
+            if summary.predicted_s > 0
+            else 0.0,
+        }
+        if summary.draft_n > 0:
+            timings["draft_n"] = summary.draft_n
+            timings["draft_n_accepted"] = summary.draft_accepted
+        return {"timings": timings}
+
+    def models(self, engine: EngineView) -> JSON:
+        spec = engine.spec
+        perf = spec.perf
+        capabilities = ["completion", "multimodal"] if spec.vision else ["completion"]
+        return {
+            "models": [
+                {
+                    "name": spec.served_model_name,
+                    "model": spec.served_model_name,
+                    "modified_at": "",
+                    "size": "",
+                    "digest": "",
+                    "type": "model",
+                    "description": "",
+                    "tags": [""],
+                    "capabilities": capabilities,
+                    "parameters": "",
+                    "details": {
+                        "parent_model": "",
+                        "format": "gguf",
+                        "family": "",
+                        "families": [""],
+                        "parameter_size": "",
+                        "quantization_level": "",
+                    },
+                }
+            ],
+            "object": "list",
+            "data": [
+                {
+                    "id": spec.served_model_name,
+                    "aliases": [spec.served_model_name],
+                    "tags": [],
+                    "object": "model",
+                    "created": unix_now(),
+                    "owned_by": "llamacpp",
+                    "meta": {
+                        "vocab_type": 2,
+                        "n_vocab": 151936,
+                        "n_ctx": spec.context_length,
+                        "n_ctx_train": 262144,
+                        "n_embd": 2048,
+                        "n_params": int(perf.params_b * 1e9),
+                        "size": int(perf.params_b * 1e9 * perf.bytes_per_weight),
+                    },
+                }
+            ],
+        }
+
+    def extra_routes(self, engine: EngineView) -> list[tuple[str, str, Handler]]:
+        async def props(_: web.Request) -> web.StreamResponse:
+            return web.json_response(_props(engine))
+
+        async def slots(request: web.Request) -> web.StreamResponse:
+            body = _slots(engine)
+            if request.query.get("fail_on_no_slot") == "1" and all(s["is_processing"] for s in body):
+                return web.json_response(
+                    self.error_body(ApiError(503, "no slot available", "unavailable")), status=503
+                )
+            return web.json_response(body)
+
+        return [("GET", "/props", props), ("GET", "/slots", slots)]
+
+    def metrics(self, engine: EngineView) -> str:
+        stats, obs, spec = engine.stats, engine.observed, engine.spec
+        rows: list[tuple[str, str, str, float]] = [
+            (
+                "prompt_tokens_total",
+                "counter",
+                "Number of prompt tokens processed.",
+                stats.prompt_tokens_total,
+            ),
+            ("prompt_seconds_total", "counter", "Prompt process time", obs.prompt_seconds_total),
+            (
+                "tokens_predicted_total",
+                "counter",
+                "Number of generation tokens processed.",
+                stats.generation_tokens_total,
+            ),
+            (
+                "tokens_predicted_seconds_total",
+                "counter",
+                "Predict process time",
+                obs.predicted_seconds_total,
+            ),
+            ("n_decode_total", "counter", "Total number of llama_decode() calls", obs.decode_steps_total),
+            ("n_tokens_max", "counter", "Largest observed n_tokens.", obs.max_tokens_in_request),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "counter",
+                "Number of draft tokens.",
+                stats.spec_draft_tokens_total,
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "counter",
+                "Number of accepted draft tokens.",
+                stats.spec_accepted_tokens_total,
+            ),
+            ("spec_decode_num_drafts_total", "counter", "Number of drafts.", stats.spec_drafts_total),
+            (
+                "prompt_tokens_seconds",
+                "gauge",
+                "Average prompt throughput in tokens/s.",
+                stats.prompt_tokens_total / obs.prompt_seconds_total if obs.prompt_seconds_total > 0 else 0.0,
+            ),
+            (
+                "predicted_tokens_seconds",
+                "gauge",
+                "Average generation throughput in tokens/s.",
+                stats.generation_tokens_total / obs.predicted_seconds_total
+                if obs.predicted_seconds_total > 0
+                else 0.0,
+            ),
+            ("requests_processing", "gauge", "Number of requests processing.", stats.running),
+            ("requests_deferred", "gauge", "Number of requests deferred.", stats.waiting),
+            (
+                "n_busy_slots_per_decode",
+                "gauge",
+                "Average number of busy slots per llama_decode() call",
+                float(stats.running),
+            ),
+        ]
+        lines: list[str] = []
+        for name, kind, doc, value in rows:
+            lines += [
+                f"# HELP llamacpp:{name} {doc}",
+                f"# TYPE llamacpp:{name} {kind}",
+                f"llamacpp:{name} {value}",
+            ]
+        per_pos = stats.spec_accepted_per_pos
+        if spec.perf.speculative is not None and stats.spec_drafts_total > 0 and per_pos:
+            name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+            lines += [f"# HELP {name} Accepted draft tokens per position.", f"# TYPE {name} counter"]
+            lines += [f'{name}{{position="{i}"}} {count}' for i, count in enumerate(per_pos)]
+        return "\n".join(lines) + "\n"
+
+
+def _delta(piece: Piece | None) -> JSON:
+    if piece is None:
+        return {}
+    if piece.role:
+        return {"role": "assistant", "content": None}
+    if piece.reasoning:
+        return {"reasoning_content": piece.reasoning}
+    return {"content": piece.content}
+
+
+def _spec_params(spec: EngineSpec) -> JSON:
+    speculative = spec.perf.speculative
+    return {
+        "speculative.n_max": speculative.k if speculative else 16,
+        "speculative.n_min": 0,
+        "speculative.p_min": 0.75,
+        "speculative.types": [f"draft-{speculative.method}"] if speculative else ["none"],
+    }
+
+
+def _props(engine: EngineView) -> JSON:
+    spec = engine.spec
+    return {
+        "default_generation_settings": {
+            "params": {"n_predict": -1, "temperature": 0.8, **_spec_params(spec)},
+            "n_ctx": spec.context_length,
+        },
+        "total_slots": spec.perf.max_num_seqs,
+        "model_alias": spec.served_model_name,
+        "model_path": spec.model_path,
+        "modalities": {"vision": spec.vision, "video": False, "audio": False},
+        "chat_template": "{%- for message in messages %}...{%- endfor %}",
+        "chat_template_caps": {},
+        "bos_token": "",
+        "eos_token": "<|im_end|>",
+        "build_info": _BUILD,
+        "is_sleeping": False,
+        "endpoint_slots": True,
+        "endpoint_props": False,
+        "endpoint_metrics": True,
+    }
+
+
+def _slots(engine: EngineView) -> list[JSON]:
+    spec = engine.spec
+    busy = engine.stats.running
+    return [
+        {
+            "id": i,
+            "n_ctx": spec.context_length,
+            "speculative": spec.perf.speculative is not None,
+            "is_processing": i < busy,
+            "id_task": -1,
+            "n_prompt_tokens": 0,
+            "params": _spec_params(spec),
+            "next_token": [
+                {"has_next_token": i < busy, "has_new_line": False, "n_remain": -1, "n_decoded": 0}
+            ],
+        }
+        for i in range(spec.perf.max_num_seqs)
+    ]

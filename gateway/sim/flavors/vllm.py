@@ -1,0 +1,308 @@
+"""vLLM's OpenAI server as of 0.33 (reference/engines.md section 1-2): nested error objects with an int
+`code`, 404 for an unknown model, 400 for images to a text-only model, `max_tokens` clamped to the
+context, `reasoning` deltas, continuous usage only together with include_usage, V1 metric names."""
+
+from __future__ import annotations
+
+import secrets
+
+from aiohttp import web
+
+from gateway.sim.flavors.base import JSON, EngineView, Flavor, Handler, Piece, unix_now
+from gateway.sim.flavors.exposition import Families
+from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
+from gateway.sim.fleet import EngineSpec
+
+_ERROR_TYPES = {
+    "bad_request": "BadRequestError",
+    "context": "BadRequestError",
+    "not_found": "NotFoundError",
+    "server": "InternalServerError",
+    "unavailable": "ServiceUnavailableError",
+    "not_supported": "NotImplementedError",
+}
+
+
+class VllmFlavor(Flavor):
+    name = "vllm"
+    reasoning_key = "reasoning"
+
+    def check_request(self, req: ParsedRequest, spec: EngineSpec) -> None:
+        if req.model is not None and req.model != spec.served_model_name:
+            raise ApiError(404, f"The model `{req.model}` does not exist.", "not_found", param="model")
+        if req.stream_options is not None and not req.stream:
+            raise ApiError(400, "Stream options can only be defined when `stream=True`.")
+        super().check_request(req, spec)
+
+    def image_error(self, spec: EngineSpec) -> ApiError:
+        return ApiError(400, f"{spec.served_model_name} is not a multimodal model")
+
+    def output_budget(self, req: ParsedRequest, prompt_tokens: int, spec: EngineSpec) -> int:
+        limit = spec.context_length
+        if prompt_tokens > limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your prompt contains "
+                f"{prompt_tokens} input tokens, which exceeds this limit even without any output tokens. "
+                "Please reduce the length of the input prompt.",
+                "context",
+                param="input_tokens",
+            )
+        if prompt_tokens == limit:
+            raise ApiError(
+                400,
+                f"The decoder prompt (length {prompt_tokens}) plus the number of requested output tokens "
+                f"(at least 1) is longer than the maximum model length of {limit}. Make sure that "
+                "`max_model_len` is no smaller than the number of text tokens (prompt + requested output "
+                "tokens).",
+                "context",
+            )
+        if req.max_tokens is not None and req.max_tokens > limit:
+            raise ApiError(
+                400,
+                f"{req.max_tokens_field}={req.max_tokens} cannot be greater than max_model_len={limit}. "
+                "Please request fewer output tokens.",
+                param=req.max_tokens_field,
+            )
+        # 0.33 no longer rejects prompt + max_tokens > context: it clamps to what is left.
+        return min(req.max_tokens or limit, limit - prompt_tokens)
+
+    def error_body(self, err: ApiError) -> JSON:
+        return {
+            "error": {
+                "message": err.message,
+                "type": _ERROR_TYPES[err.kind],
+                "param": err.param,
+                "code": err.status,
+            }
+        }
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> JSON:
+        return {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+        }
+
+    def chunk(self, plan: RequestPlan, piece: Piece | None, finish: str | None, usage: JSON | None) -> JSON:
+        chat = plan.request.endpoint == "chat"
+        body: JSON = {
+            "id": plan.request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": plan.created,
+            "model": plan.response_model,
+        }
+        choice: JSON = {"index": 0}
+        if chat:
+            choice["delta"] = _delta(piece)
+        else:
+            choice["text"] = piece.content if piece and piece.content else ""
+        choice["logprobs"] = None
+        choice["finish_reason"] = finish
+        if finish is not None or not chat:
+            choice["stop_reason"] = None
+        body["choices"] = [choice]
+        if piece is not None and piece.role:
+            body["prompt_token_ids"] = None
+            body["prompt_text"] = None
+        if usage is not None:
+            body["usage"] = usage
+        return body
+
+    def usage_chunk(self, plan: RequestPlan, usage: JSON) -> JSON:
+        chat = plan.request.endpoint == "chat"
+        return {
+            "id": plan.request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": plan.created,
+            "model": plan.response_model,
+            "choices": [],
+            "usage": usage,
+        }
+
+    def response(
+        self, plan: RequestPlan, content: str, reasoning: str | None, finish: str, usage: JSON
+    ) -> JSON:
+        full_usage = {**usage, "prompt_tokens_details": None, "completion_tokens_details": None}
+        if plan.request.endpoint == "completions":
+            return {
+                "id": plan.request_id,
+                "object": "text_completion",
+                "created": plan.created,
+                "model": plan.response_model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": content,
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                        "token_ids": None,
+                        "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                    }
+                ],
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": full_usage,
+                "kv_transfer_params": None,
+            }
+        message: JSON = {
+            "role": "assistant",
+            "content": content,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": [],
+            "reasoning": reasoning,
+        }
+        return {
+            "id": plan.request_id,
+            "object": "chat.completion",
+            "created": plan.created,
+            "model": plan.response_model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                    "token_ids": None,
+                }
+            ],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": full_usage,
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "kv_transfer_params": None,
+        }
+
+    def models(self, engine: EngineView) -> JSON:
+        spec = engine.spec
+        created = unix_now()
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": spec.served_model_name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "vllm",
+                    "root": spec.model_path,
+                    "parent": None,
+                    "max_model_len": spec.context_length,
+                    "permission": [
+                        {
+                            "id": f"modelperm-{secrets.token_hex(16)}",
+                            "object": "model_permission",
+                            "created": created,
+                            "allow_create_engine": False,
+                            "allow_sampling": True,
+                            "allow_logprobs": True,
+                            "allow_search_indices": False,
+                            "allow_view": True,
+                            "allow_fine_tuning": False,
+                            "organization": "*",
+                            "group": None,
+                            "is_blocking": False,
+                        }
+                    ],
+                }
+            ],
+        }
+
+    def extra_routes(self, engine: EngineView) -> list[tuple[str, str, Handler]]:
+        async def version(_: web.Request) -> web.StreamResponse:
+            return web.json_response({"version": "0.33.0"})
+
+        async def load(_: web.Request) -> web.StreamResponse:
+            return web.json_response({"server_load": 0})
+
+        async def ping(_: web.Request) -> web.StreamResponse:
+            return self.health_ok()
+
+        return [
+            ("GET", "/version", version),
+            ("GET", "/load", load),
+            ("GET", "/ping", ping),
+            ("POST", "/ping", ping),
+        ]
+
+    def metrics(self, engine: EngineView) -> str:
+        stats, obs, spec = engine.stats, engine.observed, engine.spec
+        fam = Families({"engine": "0", "model_name": spec.served_model_name})
+        fam.gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", stats.running
+        )
+        fam.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", stats.waiting)
+        fam.gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            min(1.0, stats.kv_used_tokens / max(1, stats.kv_capacity_tokens)),
+        )
+        fam.counter(
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            stats.preemptions_total,
+        )
+        fam.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens_total)
+        fam.counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", stats.generation_tokens_total
+        )
+        fam.counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            stats.prompt_tokens_total,
+        )
+        fam.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", 0)
+        reasons = {r: float(obs.finished.get(r, 0)) for r in ("stop", "length", "abort", "error")}
+        fam.labelled_counter(
+            "vllm:request_success", "Count of successfully processed requests.", "finished_reason", reasons
+        )
+        fam.histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", obs.ttft
+        )
+        fam.histogram(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", obs.itl
+        )
+        fam.histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", obs.e2e
+        )
+        speculative = spec.perf.speculative
+        if speculative is not None:
+            # Registered at startup only when a speculative config is set: their presence is the signal.
+            fam.counter(
+                "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", stats.spec_drafts_total
+            )
+            fam.counter(
+                "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", stats.spec_draft_tokens_total
+            )
+            fam.counter(
+                "vllm:spec_decode_num_accepted_tokens",
+                "Number of accepted tokens.",
+                stats.spec_accepted_tokens_total,
+            )
+            per_pos = list(stats.spec_accepted_per_pos) + [0] * speculative.k
+            fam.labelled_counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                "position",
+                {str(i): float(per_pos[i]) for i in range(speculative.k)},
+            )
+        return fam.render()
+
+
+def _delta(piece: Piece | None) -> JSON:
+    if piece is None:
+        return {}
+    if piece.role:
+        return {"role": "assistant", "content": ""}
+    delta: JSON = {}
+    if piece.reasoning:
+        delta["reasoning"] = piece.reasoning
+    if piece.content:
+        delta["content"] = piece.content
+    return delta
