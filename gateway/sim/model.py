@@ -1,12 +1,24 @@
-"""Engine performance model (PLACEHOLDER BODY: the interface below is the contract the HTTP surfaces use;
-the step-based performance model replaces the naive timing here)."""
+"""Step-based performance model of one engine instance (vLLM-style continuous batching).
+
+One scheduler task per engine runs engine steps back to back while there is work. Each step decodes one
+token (or 1 + accepted drafts under speculative decoding) for every running sequence and spends the rest
+of the token budget (max_num_batched_tokens) on chunked prefill, exactly like vLLM V1's scheduler. The
+step's duration comes from `step_seconds` (gateway/sim/perf.py, formulas written next to it), never from
+a table of sleeps, so batching, long contexts, speculation and a second engine on the same device
+interact the way they do on a GB10.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import itertools
+import random
+from collections import deque
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 from gateway.sim.clock import SimClock
+from gateway.sim.perf import Device, PerfSpec, StepLoad, step_seconds
 
 
 @dataclass
@@ -26,6 +38,39 @@ class EngineStats:
     spec_draft_tokens_total: int = 0
     spec_accepted_tokens_total: int = 0
     spec_accepted_per_pos: list[int] = field(default_factory=list)
+    steps_total: int = 0
+    busy_seconds_total: float = 0.0
+
+
+@dataclass(eq=False)
+class _Sequence:
+    """One request inside the engine. `target` is what prefill must cover: the prompt, plus the tokens
+    already generated when a preempted sequence is recomputed (vLLM's recompute preemption)."""
+
+    prompt: int
+    max_tokens: int
+    rng: random.Random
+    outbox: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    target: int = 0
+    computed: int = 0
+    generated: int = 0
+    done: bool = False
+    recomputed: int = 0  # generated tokens folded into `target` by a preemption (not double counted)
+
+    @property
+    def prefilled(self) -> bool:
+        return self.computed >= self.target
+
+    @property
+    def kv_tokens(self) -> int:
+        # While prefilling, KV holds the computed part; afterwards the prompt plus every token generated.
+        return self.computed if not self.prefilled else self.target + self.generated - self.recomputed
+
+
+@dataclass
+class _Plan:
+    decode: list[_Sequence]
+    prefill: list[tuple[_Sequence, int]]  # (sequence, chunk tokens scheduled this step)
 
 
 class EngineModel:
@@ -33,30 +78,212 @@ class EngineModel:
 
     generate() yields, once per engine step that produced output for this request, the number of new
     tokens that step produced (1 normally; up to k+1 with speculative decoding). The first yield is the
-    first token (its timing is the TTFT). The sum of yields is exactly min(max_tokens, what the request
-    asked for). Closing the iterator early (client went away) cancels the request: the engine frees its
-    slot and counts it in stats.requests_cancelled_total.
+    first token (its timing is the TTFT). The sum of yields is exactly max_tokens. Closing the iterator
+    early (client went away) cancels the request: the engine frees its slot and KV and counts it in
+    stats.requests_cancelled_total.
     """
 
-    def __init__(self, clock: SimClock) -> None:
+    def __init__(self, perf: PerfSpec, device: Device, clock: SimClock) -> None:
+        self.perf = perf
+        self.device = device
         self.clock = clock
-        self.stats = EngineStats()
         self.slowdown = 1.0
+        self.stats = EngineStats(kv_capacity_tokens=perf.kv_capacity_tokens)
+        if perf.speculative is not None:
+            self.stats.spec_accepted_per_pos = [0] * perf.speculative.k
+        self._engine_id = id(self)
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self._requests = itertools.count()
+        self._task: asyncio.Task[None] | None = None
+        self._last_step_end = 0.0
 
-    async def generate(self, prompt_tokens: int, max_tokens: int) -> AsyncIterator[int]:
-        self.stats.running += 1
-        finished = False
+    # ----------------------------------------------------------------------------------------- requests
+
+    async def generate(self, prompt_tokens: int, max_tokens: int) -> AsyncGenerator[int, None]:
+        if prompt_tokens < 1 or max_tokens < 1:
+            raise ValueError("prompt_tokens and max_tokens must be positive")
+        if prompt_tokens + max_tokens > self.perf.kv_capacity_tokens:
+            raise ValueError(
+                f"request needs {prompt_tokens + max_tokens} KV tokens, capacity is "
+                f"{self.perf.kv_capacity_tokens}"
+            )
+        # Seeded per request (engine seed, arrival number): the same run replays the same acceptances.
+        rng = random.Random(self.perf.seed * 1_000_003 + next(self._requests))
+        seq = _Sequence(prompt=prompt_tokens, max_tokens=max_tokens, rng=rng, target=prompt_tokens)
+        self._waiting.append(seq)
+        self._publish_gauges()
+        self._ensure_running()
+        emitted = 0
         try:
-            await self.clock.sleep(prompt_tokens / 5000 * self.slowdown)
-            self.stats.prompt_tokens_total += prompt_tokens
-            for _ in range(max_tokens):
-                await self.clock.sleep(0.02 * self.slowdown)
-                self.stats.generation_tokens_total += 1
-                yield 1
-            finished = True
+            while emitted < max_tokens:
+                n = await seq.outbox.get()
+                emitted += n
+                yield n
         finally:
-            self.stats.running -= 1
-            if finished:
+            if emitted >= max_tokens:
                 self.stats.requests_finished_total += 1
             else:
-                self.stats.requests_cancelled_total += 1
+                self._cancel(seq)
+
+    async def aclose(self) -> None:
+        """Stop the scheduler task (pending requests stay queued; a later generate() restarts it)."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise
+        self.device.set_busy(self._engine_id, False)
+
+    def _cancel(self, seq: _Sequence) -> None:
+        seq.done = True
+        self.stats.requests_cancelled_total += 1
+        if seq in self._waiting:
+            self._waiting.remove(seq)
+        if seq in self._running:
+            self._running.remove(seq)
+        self._publish_gauges()
+
+    # ---------------------------------------------------------------------------------------- scheduler
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-model")
+
+    async def _run(self) -> None:
+        """Run steps while there is work; exit when idle so an idle engine holds no task."""
+        self.device.set_busy(self._engine_id, True)
+        self._last_step_end = self.clock.now()
+        try:
+            while self._waiting or self._running:
+                await self._step()
+        finally:
+            self.device.set_busy(self._engine_id, False)
+            if self._task is asyncio.current_task():
+                self._task = None
+
+    async def _step(self) -> None:
+        plan = self._plan()
+        if not plan.decode and not plan.prefill:
+            # Nothing schedulable (every waiting request blocked on KV with nothing running): cannot
+            # happen for a request that fits alone, which generate() guarantees; yield to avoid a spin.
+            await asyncio.sleep(0)
+            return
+        load = StepLoad(
+            decode_seqs=len(plan.decode),
+            decode_context=sum(s.kv_tokens for s in plan.decode),
+            prefill_chunks=[(s.computed, n) for s, n in plan.prefill],
+            new_requests=sum(1 for s, _ in plan.prefill if s.computed == 0),
+        )
+        duration = step_seconds(self.perf, self.device.spec, load)
+        duration *= self.device.contention_factor(self._engine_id) * self.slowdown
+        # Deadline scheduling: while busy, steps are laid end to end on the simulated timeline, so a late
+        # wake-up (event-loop lag, timer granularity at high time scales) shortens the next sleep
+        # instead of stretching the engine's clock.
+        self._last_step_end += duration
+        await self.clock.sleep(self._last_step_end - self.clock.now())
+        self.stats.steps_total += 1
+        self.stats.busy_seconds_total += duration
+        self._apply(plan)
+
+    def _plan(self) -> _Plan:
+        perf = self.perf
+        spec = perf.speculative
+        per_decode = 1 + (spec.k if spec is not None else 0)
+        decode = [s for s in self._running if s.prefilled]
+        # KV must hold one more step for every decoding sequence (k+1 slots under speculation); when it
+        # does not, preempt the newest running sequence, as vLLM does, until it fits.
+        while decode and self._kv_used() + per_decode * len(decode) > perf.kv_capacity_tokens:
+            victim = self._running[-1]
+            self._preempt(victim)
+            if victim in decode:
+                decode.remove(victim)
+        budget = perf.max_num_batched_tokens - per_decode * len(decode)
+        free = perf.kv_capacity_tokens - self._kv_used() - per_decode * len(decode)
+        prefill: list[tuple[_Sequence, int]] = []
+        for seq in self._running:
+            if not seq.prefilled and budget > 0 and free > 0:
+                n = min(seq.target - seq.computed, budget, free)
+                prefill.append((seq, n))
+                budget -= n
+                free -= n
+        while self._waiting and budget > 0 and len(self._running) < perf.max_num_seqs:
+            seq = self._waiting[0]
+            n = min(seq.target, budget)
+            if n > free:
+                break  # not enough KV to start it: it waits (stats.waiting)
+            self._waiting.popleft()
+            self._running.append(seq)
+            prefill.append((seq, n))
+            budget -= n
+            free -= n
+        self._publish_gauges()
+        return _Plan(decode=decode, prefill=prefill)
+
+    def _apply(self, plan: _Plan) -> None:
+        for seq in plan.decode:
+            if not seq.done and seq in self._running:
+                self._emit(seq, self._decode_tokens(seq))
+        for seq, n in plan.prefill:
+            if seq.done or seq not in self._running:
+                continue
+            seq.computed += n
+            if seq.prefilled:
+                # The step that completes the prompt (or a preempted sequence's recompute) samples a token.
+                if seq.generated == 0:
+                    self.stats.prompt_tokens_total += seq.prompt
+                self._emit(seq, 1)
+        self._publish_gauges()
+
+    def _decode_tokens(self, seq: _Sequence) -> int:
+        """Tokens one decode step gives `seq`: 1, or accepted draft prefix + 1 bonus under speculation.
+
+        acceptance[i] is vLLM's per-position rate (drafts whose position i was accepted / drafts), so the
+        probability of accepting position i given positions < i were accepted is a[i] / a[i-1].
+        """
+        spec = self.perf.speculative
+        if spec is None:
+            return 1
+        accepted = 0
+        previous = 1.0
+        for p in spec.acceptance[: spec.k]:
+            conditional = p / previous if previous > 0 else 0.0
+            if seq.rng.random() >= conditional:
+                break
+            accepted += 1
+            previous = p
+        self.stats.spec_drafts_total += 1
+        self.stats.spec_draft_tokens_total += spec.k
+        self.stats.spec_accepted_tokens_total += accepted
+        for i in range(accepted):
+            self.stats.spec_accepted_per_pos[i] += 1
+        return 1 + accepted
+
+    def _emit(self, seq: _Sequence, n: int) -> None:
+        n = min(n, seq.max_tokens - seq.generated)
+        seq.generated += n
+        self.stats.generation_tokens_total += n
+        seq.outbox.put_nowait(n)
+        if seq.generated >= seq.max_tokens:
+            seq.done = True
+            self._running.remove(seq)
+
+    def _preempt(self, seq: _Sequence) -> None:
+        """Recompute preemption: drop its KV, requeue it first; its prefill then covers prompt+output."""
+        self._running.remove(seq)
+        seq.recomputed = seq.generated
+        seq.target = seq.prompt + seq.generated
+        seq.computed = 0
+        self._waiting.appendleft(seq)
+        self.stats.preemptions_total += 1
+
+    def _kv_used(self) -> int:
+        return sum(s.kv_tokens for s in self._running)
+
+    def _publish_gauges(self) -> None:
+        self.stats.running = len(self._running)
+        self.stats.waiting = len(self._waiting)
+        self.stats.kv_used_tokens = self._kv_used()
