@@ -1,0 +1,52 @@
+"""Fixtures for the real-engine suite: a pair of llama-server processes built from source, one plain and
+one with n-gram speculative decoding, serving the real Gemma 3 270M GGUF on 127.0.0.1.
+
+Both servers live for the whole session and are always stopped at its end (SIGTERM, then SIGKILL).
+The suite is skipped only when the build tools are missing on a developer machine; under CI (``CI`` set)
+a missing tool is an error, because the suite must run there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from engine_fleet import EnginePair, running_pair
+from gguf_model import ensure_gemma_gguf
+from llama_build import BuildToolsMissing, BuiltServer, ensure_llama_server
+from llama_process import LlamaServer
+
+
+@pytest.fixture(scope="session")
+def llama_server_build() -> BuiltServer:
+    try:
+        return ensure_llama_server()
+    except BuildToolsMissing as missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{missing} (the real suite must run in CI)")
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    return ensure_gemma_gguf()
+
+
+@pytest.fixture(scope="session")
+def engine_pair(
+    llama_server_build: BuiltServer, gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EnginePair]:
+    with running_pair(llama_server_build, gemma_gguf, tmp_path_factory.mktemp("llama-server-logs")) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="session")
+def plain_engine(engine_pair: EnginePair) -> LlamaServer:
+    return engine_pair.plain
+
+
+@pytest.fixture(scope="session")
+def spec_engine(engine_pair: EnginePair) -> LlamaServer:
+    return engine_pair.speculative
