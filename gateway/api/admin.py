@@ -1,0 +1,58 @@
+"""Operator routes: /health (the process is alive), /ready (every pool has a ready backend), /metrics
+(Prometheus text) and /gateway/backends (state of every backend and pool)."""
+
+from __future__ import annotations
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from gateway.api.asgi import Receive, Scope, Send, send_bytes
+from gateway.backends.registry import Registry
+from gateway.stats.metrics import GatewayMetrics
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+class Health:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_bytes(send, 200, b'{"status":"ok"}', _JSON)
+
+
+class Ready:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pools = {pool.model: self.registry.pool_ready(pool) for pool in self.registry.pools}
+        ready = bool(pools) and all(pools.values())
+        await send_bytes(send, 200 if ready else 503, orjson.dumps({"ready": ready, "pools": pools}), _JSON)
+
+
+class Metrics:
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = self.metrics.exposition()
+        await send_bytes(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+
+
+class Backends:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = {
+            "backends": [state.to_dict() for state in self.registry.backends.values()],
+            "pools": [
+                {
+                    "model": pool.model,
+                    "aliases": list(pool.aliases),
+                    "backends": list(pool.backends),
+                    "ready": self.registry.pool_ready(pool),
+                    "max_model_len": self.registry.max_context(pool),
+                }
+                for pool in self.registry.pools
+            ],
+        }
+        await send_bytes(send, 200, orjson.dumps(body), _JSON)

@@ -1,0 +1,81 @@
+"""Small pure-ASGI pieces shared by the routes: type aliases, a bytes response, the request-context
+middleware. Never BaseHTTPMiddleware: it adds a task group and a relay per chunk on the streaming path."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+REQUEST_ID = "gateway.request_id"
+STARTED = "gateway.started"  # time.perf_counter() when the request reached the gateway
+
+
+async def send_bytes(send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]]) -> None:
+    head = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class ClientGone(Exception):
+    pass
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body, read once; BodyTooLarge past `limit` bytes, ClientGone on disconnect."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+class RequestContext:
+    """Pure-ASGI middleware: stamps arrival time and a request id (the client's `x-request-id` if it sent
+    one) into the scope, and echoes the id on every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope[STARTED] = time.perf_counter()
+        incoming = header(scope, b"x-request-id")
+        request_id = incoming.decode("latin-1")[:128] if incoming else uuid.uuid4().hex
+        scope[REQUEST_ID] = request_id
+        id_header = (b"x-request-id", request_id.encode("latin-1"))
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), id_header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

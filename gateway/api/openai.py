@@ -1,0 +1,140 @@
+"""The client-facing OpenAI routes.
+
+POST /v1/chat/completions and /v1/completions are pure-ASGI endpoints: the body is read once, parsed
+once with orjson for the few fields the gateway needs, routed, and handed to dispatch with its original
+bytes. Every request field passes through untouched; only `model` (alias -> the backend's served name)
+and `stream_options.include_usage` (to meter streamed tokens) are ever rewritten.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.api.asgi import (
+    REQUEST_ID,
+    STARTED,
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_bytes,
+)
+from gateway.api.errors import send_error
+from gateway.backends.registry import Registry
+from gateway.proxy.dispatch import Dispatcher, Job
+from gateway.routing.types import BackendSnapshot, Decision
+
+
+class Router(Protocol):
+    def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision: ...
+
+
+class CompletionsEndpoint:
+    """One OpenAI generation route ("chat" or "completions") as a pure-ASGI app."""
+
+    def __init__(
+        self, endpoint: str, registry: Registry, router: Router, dispatcher: Dispatcher, max_body: int
+    ) -> None:
+        self.endpoint = endpoint
+        self.path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+        self.registry = registry
+        self.router = router
+        self.dispatcher = dispatcher
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = scope.get(STARTED) or time.perf_counter()
+        try:
+            raw = await read_body(receive, self.max_body)
+        except BodyTooLarge:
+            await send_error(send, 413, f"request body over {self.max_body} bytes", "request_too_large")
+            return
+        except ClientGone:
+            return
+        body, problem = self._parse(raw)
+        if problem is not None:
+            await send_error(send, 400, problem[0], "invalid_request", problem[1])
+            return
+        assert body is not None
+        pool = self.registry.pool(body.get("model"))  # type: ignore[arg-type]
+        if pool is None:
+            models = ", ".join(self.registry.model_names())
+            message = f"The model `{body.get('model')}` does not exist. Available models: {models}"
+            await send_error(send, 404, message, "model_not_found", "model")
+            return
+        decision = self.router.route(self.endpoint, body, self.registry.snapshots(pool))
+        if decision.refusal is not None or not decision.ranked:
+            await self._refuse(send, decision)
+            return
+        stream = body.get("stream") is True
+        options = body.get("stream_options")
+        asked_usage = isinstance(options, dict) and options.get("include_usage") is True
+        job = Job(
+            request_id=scope.get(REQUEST_ID, ""),
+            endpoint=self.endpoint,
+            path=self.path,
+            pool=pool,
+            body=body,
+            raw=raw,
+            started=started,
+            profile=decision.profile,
+            ranked=decision.ranked,
+            stream=stream,
+            add_usage=stream and not asked_usage,
+        )
+        await self.dispatcher.run(job, receive, send)
+
+    def _parse(self, raw: bytes) -> tuple[dict[str, Any] | None, tuple[str, str | None] | None]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return None, (f"the body is not valid JSON: {exc}", None)
+        if not isinstance(body, dict):
+            return None, ("the body must be a JSON object", None)
+        if not isinstance(body.get("model"), str):
+            return None, ("`model` is required and must be a string", "model")
+        if self.endpoint == "chat" and not isinstance(body.get("messages"), list):
+            return None, ("`messages` must be a list of messages", "messages")
+        if self.endpoint == "completions" and "prompt" not in body:
+            return None, ("`prompt` is required", "prompt")
+        return body, None
+
+    async def _refuse(self, send: Send, decision: Decision) -> None:
+        refusal = decision.refusal
+        status = refusal.status if refusal else 503
+        message = refusal.message if refusal else "no backend can take this request"
+        code = refusal.code if refusal else "no_ready_backend"
+        headers = [(b"x-gateway-profile", decision.profile.encode())]
+        if status == 503:
+            headers.append((b"retry-after", b"5"))
+        await send_error(send, status, message, code, headers=headers)
+
+
+class ModelsEndpoint:
+    """GET /v1/models: one card per pool, with the largest context any of its backends takes."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.created = int(time.time())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        cards = [
+            {
+                "id": pool.model,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "spark-gateway",
+                "max_model_len": self.registry.max_context(pool),
+                "aliases": list(pool.aliases),
+                "backends": list(pool.backends),
+            }
+            for pool in self.registry.pools
+        ]
+        body = orjson.dumps({"object": "list", "data": cards})
+        await send_bytes(send, 200, body, [(b"content-type", b"application/json")])

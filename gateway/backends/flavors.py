@@ -1,0 +1,131 @@
+"""What each engine flavor's health answers mean, and where it tells its capabilities.
+
+vLLM and SGLang refuse connections while loading weights and capturing CUDA graphs (minutes); SGLang then
+answers 503 during its warm-up request; llama.cpp answers 503 "Loading model" on every path while it
+loads. A 503 after having been ready means the engine failed (vLLM EngineDeadError, SGLang's health probe
+timing out). llama-cpp-python ("openai" flavor) has no /health, so /v1/models is its readiness probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+# GET `path` on the backend -> parsed JSON, or None when the path is missing or not JSON.
+FetchJson = Callable[[str], Awaitable[Any]]
+
+
+class Verdict(Enum):
+    READY = "ready"
+    LOADING = "loading"  # an explicit warm-up answer: starting, not dead
+    FAILING = "failing"
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    context_length: int | None = None
+    modalities: frozenset[str] | None = None  # None: the engine does not say
+    served_models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    name: str
+    health_path: str
+    judge: Callable[[int, Any, bool], Verdict]
+    discover: Callable[[FetchJson], Awaitable[Capabilities]]
+
+
+def _judge_vllm(status: int, body: Any, ever_ready: bool) -> Verdict:
+    # vLLM never answers HTTP while loading; any 5xx from a listening vLLM is a dead engine core.
+    return Verdict.READY if status == 200 else Verdict.FAILING
+
+
+def _judge_sglang(status: int, body: Any, ever_ready: bool) -> Verdict:
+    if status == 200:
+        return Verdict.READY
+    return Verdict.LOADING if status == 503 and not ever_ready else Verdict.FAILING
+
+
+def _judge_llamacpp(status: int, body: Any, ever_ready: bool) -> Verdict:
+    if status == 200:
+        return Verdict.READY
+    message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
+    return Verdict.LOADING if status == 503 and "loading" in str(message).lower() else Verdict.FAILING
+
+
+def _judge_openai(status: int, body: Any, ever_ready: bool) -> Verdict:
+    return Verdict.READY if status == 200 else Verdict.FAILING
+
+
+def _model_cards(models: Any) -> list[dict[str, Any]]:
+    data = models.get("data") if isinstance(models, dict) else None
+    return [card for card in data if isinstance(card, dict)] if isinstance(data, list) else []
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _base_cards(models: Any) -> list[dict[str, Any]]:
+    # LoRA adapters appear with a parent and max_model_len null; the base cards carry the limit.
+    return [card for card in _model_cards(models) if not card.get("parent")]
+
+
+async def _discover_vllm(fetch: FetchJson) -> Capabilities:
+    cards = _base_cards(await fetch("/v1/models"))
+    lengths = [n for n in (_int(card.get("max_model_len")) for card in cards) if n]
+    return Capabilities(max(lengths) if lengths else None, None, tuple(str(c.get("id")) for c in cards))
+
+
+async def _discover_sglang(fetch: FetchJson) -> Capabilities:
+    cards = _base_cards(await fetch("/v1/models"))
+    lengths = [n for n in (_int(card.get("max_model_len")) for card in cards) if n]
+    context = max(lengths) if lengths else None
+    if context is None:
+        info = await fetch("/server_info") or await fetch("/get_server_info")
+        context = _int(info.get("context_length")) if isinstance(info, dict) else None
+    model_info = await fetch("/model_info") or await fetch("/get_model_info")
+    modalities = None
+    if isinstance(model_info, dict) and "has_image_understanding" in model_info:
+        found = {"text"}
+        if model_info.get("has_image_understanding"):
+            found.add("image")
+        if model_info.get("has_audio_understanding"):
+            found.add("audio")
+        modalities = frozenset(found)
+    return Capabilities(context, modalities, tuple(str(c.get("id")) for c in cards))
+
+
+async def _discover_llamacpp(fetch: FetchJson) -> Capabilities:
+    props = await fetch("/props")
+    context = modalities = None
+    if isinstance(props, dict):
+        settings = props.get("default_generation_settings")
+        context = _int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+        context = context or _int(props.get("n_ctx"))
+        found = props.get("modalities")
+        if isinstance(found, dict):
+            modalities = frozenset(
+                {"text", *(m if m != "vision" else "image" for m, on in found.items() if on)}
+            )
+    cards = _model_cards(await fetch("/v1/models"))
+    if context is None:
+        metas = [card.get("meta") for card in cards]
+        context = next((_int(m.get("n_ctx")) for m in metas if isinstance(m, dict) and m.get("n_ctx")), None)
+    return Capabilities(context, modalities, tuple(str(c.get("id")) for c in cards))
+
+
+async def _discover_openai(fetch: FetchJson) -> Capabilities:
+    cards = _model_cards(await fetch("/v1/models"))
+    return Capabilities(None, None, tuple(str(c.get("id")) for c in cards))
+
+
+FLAVORS: dict[str, Flavor] = {
+    "vllm": Flavor("vllm", "/health", _judge_vllm, _discover_vllm),
+    "sglang": Flavor("sglang", "/health", _judge_sglang, _discover_sglang),
+    "llamacpp": Flavor("llamacpp", "/health", _judge_llamacpp, _discover_llamacpp),
+    "openai": Flavor("openai", "/v1/models", _judge_openai, _discover_openai),
+}

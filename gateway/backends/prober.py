@@ -1,0 +1,124 @@
+"""Background readiness probing, one task per backend.
+
+Status rules (see backends/flavors.py for what each flavor's answers mean):
+- a READY answer -> ready; capabilities are discovered again on every transition to ready;
+- LOADING (llama.cpp 503 "Loading model", SGLang 503 before its first ready) -> starting, until the
+  startup grace has run out since the backend stopped being ready, then dead;
+- no answer (connection refused, timeout) -> starting while it has never been ready and the grace runs,
+  dead otherwise (an engine that was serving and stops answering has failed);
+- FAILING (a 5xx after ready, a 404 on the probe path) -> dead.
+Probes never generate tokens on vLLM and llama.cpp (/health is free there). SGLang's /health runs a
+1-token generation, so the ready-state interval is kept long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.backends.flavors import FLAVORS, Capabilities, Verdict
+from gateway.backends.registry import BackendState, Registry, Status
+from gateway.settings import ProbeConfig
+
+log = logging.getLogger("gateway.prober")
+
+
+class Prober:
+    def __init__(self, registry: Registry, config: ProbeConfig) -> None:
+        self.registry = registry
+        self.config = config
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._loop(name)) for name in self.registry.backends]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _loop(self, name: str) -> None:
+        state = self.registry.backends[name]
+        while True:
+            await self.probe_once(name)
+            ready = state.status is Status.READY
+            await asyncio.sleep(self.config.interval_s if ready else self.config.starting_interval_s)
+
+    async def probe_once(self, name: str) -> Status:
+        state = self.registry.backends[name]
+        flavor = FLAVORS[state.config.flavor]
+        try:
+            status, body = await self._get(state, flavor.health_path)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            new, detail = self._unreachable(state), f"no answer: {type(exc).__name__}"
+        else:
+            verdict = flavor.judge(status, body, state.ever_ready)
+            new, detail = self._judged(state, verdict), f"{flavor.health_path} -> {status}"
+        if new is Status.READY and state.status is not Status.READY:
+            await self._discover(state)
+        if self.registry.set_status(name, new, detail):
+            log.info("backend %s is %s (%s)", name, new, detail)
+        return new
+
+    def _judged(self, state: BackendState, verdict: Verdict) -> Status:
+        if verdict is Verdict.READY:
+            return Status.READY
+        if verdict is Verdict.LOADING:
+            return Status.STARTING if self._within_grace(state) else Status.DEAD
+        return Status.DEAD
+
+    def _unreachable(self, state: BackendState) -> Status:
+        if state.ever_ready and state.status is not Status.STARTING:
+            return Status.DEAD
+        return Status.STARTING if self._within_grace(state) else Status.DEAD
+
+    def _within_grace(self, state: BackendState) -> bool:
+        # `since` is when the backend left its last status; for a never-ready backend, its creation.
+        if state.status is Status.READY:
+            return True
+        return self.registry.clock() - state.since <= self.config.startup_grace_s
+
+    async def _discover(self, state: BackendState) -> None:
+        async def fetch(path: str) -> Any:
+            try:
+                status, body = await self._get(state, path)
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                return None
+            return body if status == 200 else None
+
+        try:
+            found = await FLAVORS[state.config.flavor].discover(fetch)
+        except Exception:  # discovery is best effort: declared config and defaults still apply
+            log.exception("capability discovery failed for %s", state.config.name)
+            found = Capabilities()
+        state.discovered_context = found.context_length
+        state.discovered_modalities = found.modalities
+        state.served_models = found.served_models
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Its own small pool, so probes never queue behind client traffic on the upstream transport.
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=64))
+        return self._session
+
+    async def _get(self, state: BackendState, path: str) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {state.config.api_key}"} if state.config.api_key else {}
+        async with self._client().get(state.config.url + path, headers=headers) as response:
+            raw = await response.read()
+        try:
+            return response.status, orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            return response.status, None

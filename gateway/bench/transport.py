@@ -1,0 +1,94 @@
+"""`spark-gateway bench transport [--json]`: the same overhead measurement with the gateway's upstream
+client swapped, aiohttp (the production transport) vs httpx, at a few concurrency levels. The figures
+behind the choice are recorded in docs/transport.md.
+
+`HttpxTransport` lives here, not in gateway/proxy/: it exists to be measured against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.bench.overhead import EngineShape, measure, render
+from gateway.proxy.upstream import (
+    UpstreamBroken,
+    UpstreamConnectError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
+from gateway.settings import Timeouts
+
+
+class _HttpxResponse:
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.content_type = response.headers.get("content-type", "application/json")
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(str(exc)) from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamBroken(str(exc)) from exc
+
+    async def read(self) -> bytes:
+        try:
+            return await self._response.aread()
+        except httpx.HTTPError as exc:
+            raise UpstreamBroken(str(exc)) from exc
+
+    def close(self) -> None:
+        if not self._response.is_closed:
+            asyncio.get_running_loop().create_task(self._response.aclose())
+
+
+class HttpxTransport:
+    """httpx with the same explicit pool size and timeouts as the aiohttp transport."""
+
+    def __init__(self, timeouts: Timeouts, connections: int = 1024) -> None:
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        timeout = httpx.Timeout(connect=timeouts.connect_s, read=timeouts.idle_s, write=30.0, pool=30.0)
+        self._client = httpx.AsyncClient(limits=limits, timeout=timeout)
+        self.first_byte_s = timeouts.first_byte_s
+
+    async def send(self, url: str, headers: Mapping[str, str], body: bytes) -> UpstreamResponse:
+        request = self._client.build_request("POST", url, headers=dict(headers), content=body)
+        try:
+            async with asyncio.timeout(self.first_byte_s):
+                response = await self._client.send(request, stream=True)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise UpstreamTimeout(str(exc)) from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamConnectError(str(exc)) from exc
+        return _HttpxResponse(response)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser("transport", help="aiohttp vs httpx upstream")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--concurrency", default="1,16,64,256")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    levels = [int(c) for c in args.concurrency.split(",")]
+    shape = EngineShape()
+    results = {name: measure(levels, shape, args.seconds, name) for name in ("aiohttp", "httpx")}
+    if args.json:
+        print(orjson.dumps({name: [r.__dict__ for r in levels] for name, levels in results.items()}).decode())
+    else:
+        print("\n\n".join(render(levels, shape, name) for name, levels in results.items()))
+    return 0

@@ -1,0 +1,125 @@
+"""`spark-gateway serve [--config FILE | --fleet FLEET] [--host H] [--port P]`.
+
+With `--config`, serve the backends of a gateway config file (see deploy/gateway.example.yaml). With
+`--fleet`, start that twin fleet in this process and serve it: one pool per served model name, every
+engine a backend with its flavor, and the fleet's policy file if it has one. With neither, serve the
+twin fleet deploy/fleets/spark-duo-35b.yaml on 127.0.0.1:8080.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import uvloop
+
+from gateway.app import create_app
+from gateway.settings import Settings, SettingsError, load_settings
+from gateway.sim.fleet import FleetSpec, load_fleet
+from gateway.sim.runner import TwinFleet
+
+log = logging.getLogger("gateway.serve")
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_FLEET = Path("deploy/fleets/spark-duo-35b.yaml")
+# The twin runs faster than the wall clock so its 5-minute simulated warm-up takes 15 s.
+DEFAULT_TIME_SCALE = 20.0
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser("serve", help="run the gateway")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", type=Path, help="gateway config YAML (env SPARK_GATEWAY_* overrides it)")
+    source.add_argument("--fleet", type=Path, help="start this twin fleet in-process and serve it")
+    parser.add_argument("--host", help="listen address (default: the config's, or 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (default: the config's, or 8080)")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=DEFAULT_TIME_SCALE,
+        help=f"twin fleets only: simulated seconds per real second (default {DEFAULT_TIME_SCALE:g})",
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    listen = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
+    try:
+        if args.config is not None:
+            settings = load_settings(args.config).model_copy(update=listen)
+            uvloop.run(_serve(settings, args.log_level))
+            return 0
+        fleet_path = args.fleet
+        if fleet_path is None:
+            fleet_path = _resolve(DEFAULT_FLEET)
+            log.info("no --config or --fleet: serving the twin fleet %s", fleet_path)
+        uvloop.run(_serve_fleet(load_fleet(fleet_path), listen, args.time_scale, args.log_level))
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+async def _serve(settings: Settings, log_level: str) -> None:
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http="httptools",
+        lifespan="on",
+        log_level=log_level,
+        access_log=False,  # one log line per request costs more than the whole proxy path
+    )
+    await uvicorn.Server(config).serve()
+
+
+async def _serve_fleet(spec: FleetSpec, listen: dict[str, Any], time_scale: float, log_level: str) -> None:
+    # Ephemeral engine ports: the gateway is the fleet's front door, and fixed ports may be taken.
+    async with TwinFleet(spec, time_scale=time_scale, ephemeral_ports=True) as fleet:
+        for name in fleet.names:
+            log.info("twin engine %s (%s) at %s", name, fleet.engine(name).spec.flavor, fleet.url(name))
+        settings = settings_for_fleet(spec, {name: fleet.url(name) for name in fleet.names}, **listen)
+        log.info(
+            "serving fleet %s on http://%s:%d (time scale %g, router: %s)",
+            spec.name,
+            settings.host,
+            settings.port,
+            time_scale,
+            f"policy {settings.policy}" if settings.policy else "least busy",
+        )
+        await _serve(settings, log_level)
+
+
+def settings_for_fleet(spec: FleetSpec, urls: dict[str, str], **listen: Any) -> Settings:
+    """One pool per served model name; every engine a backend with its flavor and declared vision."""
+    backends = [
+        {
+            "name": engine.name,
+            "url": urls[engine.name],
+            "flavor": engine.flavor,
+            # vLLM's /v1/models does not say whether a checkpoint can see; the fleet file does.
+            "modalities": ["text", "image"] if engine.vision else ["text"],
+        }
+        for engine in spec.engines
+    ]
+    served = list(dict.fromkeys(engine.served_model_name for engine in spec.engines))
+    pools = [
+        {"model": model, "backends": [e.name for e in spec.engines if e.served_model_name == model]}
+        for model in served
+    ]
+    policy = _resolve(Path(spec.policy)) if spec.policy else None
+    return load_settings(None, backends=backends, pools=pools, policy=policy, **listen)
+
+
+def _resolve(path: Path) -> Path:
+    """A repo-relative path, from the working directory if it is there, else from the installed tree."""
+    return path if path.is_absolute() or path.exists() else REPO / path

@@ -1,0 +1,292 @@
+"""Dispatch: send one routed request upstream, fail over before the first byte, pass the answer through,
+cancel upstream work when the client goes away, and emit one `RequestRecord` when the request ends.
+
+- Candidates are tried in the router's order, at most `max_attempts` of them. A connect error, a timeout
+  or a 5xx before the first byte moves on to the next; a 4xx is the client's problem and is passed
+  through as it is. When every candidate failed, the last 5xx is passed through (or 502/504 if none
+  answered at all).
+- In-flight is counted per backend from the moment of dispatch until the last byte (pitfall 4).
+- A watcher waits on `receive()` for `http.disconnect` and cancels the request's task: the upstream
+  response is closed at once, streaming or not, and the engine sees the connection drop.
+- `RequestRecord` is the single completion path: observers (Prometheus, live stats, a router's
+  `observe`) are called with it, so new recorders attach without touching this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.api.asgi import Receive, Send, send_bytes
+from gateway.api.errors import error_body, error_frame
+from gateway.backends.registry import Registry
+from gateway.proxy.stream import SseMeter
+from gateway.proxy.upstream import UpstreamError, UpstreamResponse, UpstreamTimeout, UpstreamTransport
+from gateway.settings import PoolConfig
+
+log = logging.getLogger("gateway.dispatch")
+
+CLIENT_CLOSED = 499  # nginx's convention for "the client went away before the answer"
+
+
+@dataclass(slots=True)
+class Job:
+    """One request as ingress hands it over: parsed once, raw bytes kept for forwarding."""
+
+    request_id: str
+    endpoint: str  # "chat" | "completions"
+    path: str  # upstream path, e.g. /v1/chat/completions
+    pool: PoolConfig
+    body: dict[str, Any]
+    raw: bytes
+    started: float  # perf_counter at arrival
+    profile: str
+    ranked: Sequence[str]
+    stream: bool = False
+    add_usage: bool = False  # the gateway asks for usage the client did not ask for (and strips it)
+    _bodies: dict[str, bytes] = field(default_factory=dict)
+
+    def body_for(self, backend: str) -> bytes:
+        """The bytes to send: the client's own, unless the model name or stream_options must change."""
+        served = self.pool.served_name(backend)
+        if served == self.body.get("model") and not self.add_usage:
+            return self.raw
+        if served not in self._bodies:
+            body = dict(self.body, model=served)
+            if self.add_usage:
+                options = self.body.get("stream_options")
+                body["stream_options"] = {
+                    **(options if isinstance(options, dict) else {}),
+                    "include_usage": True,
+                }
+            self._bodies[served] = orjson.dumps(body)
+        return self._bodies[served]
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request; everything a recorder needs, in seconds and token counts."""
+
+    request_id: str
+    model: str
+    endpoint: str
+    profile: str
+    stream: bool
+    backend: str | None = None
+    status: int = 0
+    attempts: int = 0
+    inflight_at_dispatch: int = 0  # the backend's in-flight count including this request
+    ttft: float | None = None
+    itl: list[float] = field(default_factory=list)
+    tpot: float | None = None
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    e2e: float = 0.0
+    overhead: float = 0.0  # the gateway's own time before the upstream request went out
+    error: str | None = None
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) per failed attempt
+
+
+Observer = Callable[[RequestRecord], None]
+
+
+class _Failed(Exception):
+    """An attempt failed before the first byte; the next candidate may be tried."""
+
+    def __init__(self, why: str, status: int, answer: tuple[bytes, str] | None = None) -> None:
+        super().__init__(why)
+        self.status = status
+        self.answer = answer  # a 5xx body and content type, passed through if it is the last one
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        registry: Registry,
+        transport: UpstreamTransport,
+        max_attempts: int,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        self.registry = registry
+        self.transport = transport
+        self.max_attempts = max_attempts
+        self.observers = list(observers)
+
+    async def run(self, job: Job, receive: Receive, send: Send) -> RequestRecord:
+        record = RequestRecord(job.request_id, job.pool.model, job.endpoint, job.profile, job.stream)
+        task = asyncio.current_task()
+        assert task is not None
+        gone = asyncio.Event()
+        finished: list[bool] = []  # set just before the last send: a disconnect after it is not a cancel
+        watcher = asyncio.create_task(_watch_disconnect(receive, task, gone, finished))
+        try:
+            await self._attempts(job, record, send, finished)
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise
+            task.uncancel()
+            record.status, record.error = CLIENT_CLOSED, "client disconnected"
+        finally:
+            watcher.cancel()
+            record.e2e = time.perf_counter() - job.started
+            self._finish(record)
+        return record
+
+    async def _attempts(self, job: Job, record: RequestRecord, send: Send, finished: list[bool]) -> None:
+        last: _Failed | None = None
+        for backend in job.ranked[: self.max_attempts]:
+            record.backend, record.attempts = backend, record.attempts + 1
+            try:
+                await self._attempt(job, backend, record, send, finished)
+                return
+            except _Failed as failed:
+                record.failures.append((backend, str(failed)))
+                log.warning(
+                    "request %s: %s failed before the first byte: %s", job.request_id, backend, failed
+                )
+                last = failed
+        assert last is not None, "dispatch needs at least one candidate"
+        record.status, record.error = last.status, "; ".join(f"{b}: {why}" for b, why in record.failures)
+        finished.append(True)
+        if last.answer is not None:
+            body, content_type = last.answer
+            await send_bytes(send, last.status, body, self._headers(job, record, content_type))
+        else:
+            body = error_body(last.status, f"no backend answered: {record.error}", "upstream_unavailable")
+            await send_bytes(send, last.status, body, self._headers(job, record, "application/json"))
+
+    async def _attempt(
+        self, job: Job, backend: str, record: RequestRecord, send: Send, finished: list[bool]
+    ) -> None:
+        state = self.registry.backends[backend]
+        headers = {"content-type": "application/json"}
+        if state.config.api_key:
+            headers["authorization"] = f"Bearer {state.config.api_key}"
+        body = job.body_for(backend)
+        self.registry.acquire(backend)
+        record.inflight_at_dispatch = state.inflight
+        if record.attempts == 1:
+            record.overhead = time.perf_counter() - job.started
+        response: UpstreamResponse | None = None
+        try:
+            try:
+                response = await self.transport.send(state.config.url + job.path, headers, body)
+            except UpstreamError as exc:
+                raise _Failed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
+            if response.status >= 500:
+                raise _Failed(f"HTTP {response.status}", response.status, await _read_quietly(response))
+            record.status = response.status
+            if job.stream and response.status == 200 and "event-stream" in response.content_type:
+                await self._stream(job, record, response, send, finished)
+            else:
+                await self._whole(job, record, response, send, finished)
+        finally:
+            if response is not None:
+                response.close()
+            self.registry.release(backend)
+
+    async def _whole(
+        self, job: Job, record: RequestRecord, response: UpstreamResponse, send: Send, finished: list[bool]
+    ) -> None:
+        try:
+            payload = await response.read()
+        except UpstreamError as exc:
+            raise _Failed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
+        if response.status == 200:
+            _take_usage(record, payload)
+        else:
+            record.error = f"HTTP {response.status}"
+        finished.append(True)
+        await send_bytes(send, response.status, payload, self._headers(job, record, response.content_type))
+
+    async def _stream(
+        self, job: Job, record: RequestRecord, response: UpstreamResponse, send: Send, finished: list[bool]
+    ) -> None:
+        headers = self._headers(job, record, response.content_type)
+        headers.append((b"cache-control", b"no-cache"))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        meter = SseMeter(strip_usage=job.add_usage)
+        tail = b""
+        try:
+            async for chunk in response.iter_chunks():
+                out = meter.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            tail = meter.flush()
+        except UpstreamError as exc:
+            # The status is already 200: the client learns of the failure from an error frame.
+            record.error = str(exc)
+            frame = error_frame(f"the backend failed mid-stream: {exc}", "upstream_stream_error")
+            tail = frame + b"data: [DONE]\n\n"
+        _take_stream_measures(record, meter, job.started)
+        finished.append(True)
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    def _headers(self, job: Job, record: RequestRecord, content_type: str) -> list[tuple[bytes, bytes]]:
+        return [
+            (b"content-type", content_type.encode("latin-1")),
+            (b"x-gateway-backend", (record.backend or "").encode()),
+            (b"x-gateway-profile", job.profile.encode()),
+            (b"x-gateway-overhead-ms", f"{record.overhead * 1000:.3f}".encode()),
+        ]
+
+    def _finish(self, record: RequestRecord) -> None:
+        for observer in self.observers:
+            try:
+                observer(record)
+            except Exception:  # a broken recorder must not break the request path
+                log.exception("request observer %r failed", observer)
+
+
+async def _watch_disconnect(
+    receive: Receive, task: asyncio.Task[Any], gone: asyncio.Event, finished: list[bool]
+) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            # The server also reports disconnect once the response is complete; only earlier is a cancel.
+            if not finished:
+                gone.set()
+                task.cancel()
+            return
+
+
+async def _read_quietly(response: UpstreamResponse) -> tuple[bytes, str] | None:
+    with contextlib.suppress(UpstreamError):
+        return await response.read(), response.content_type
+    return None
+
+
+def _take_usage(record: RequestRecord, payload: bytes) -> None:
+    try:
+        usage = orjson.loads(payload).get("usage")
+    except (orjson.JSONDecodeError, AttributeError):
+        return
+    if isinstance(usage, dict):
+        record.output_tokens = usage.get("completion_tokens")
+        record.prompt_tokens = usage.get("prompt_tokens")
+
+
+def _take_stream_measures(record: RequestRecord, meter: SseMeter, started: float) -> None:
+    end = time.perf_counter()
+    if meter.error is not None and record.error is None:
+        record.error = str(meter.error.get("message", "upstream error frame"))
+    if meter.usage is not None:
+        record.output_tokens = meter.usage.get("completion_tokens")
+        record.prompt_tokens = meter.usage.get("prompt_tokens")
+    elif meter.content_frames:
+        record.output_tokens = meter.content_frames  # a lower bound when the engine sends no usage
+    if meter.first_token_at is not None:
+        record.ttft = meter.first_token_at - started
+        record.itl = meter.itl
+        tokens = record.output_tokens or 0
+        if tokens > 1:
+            # TPOT is the decode time per token after the first; never TTFT divided by tokens.
+            record.tpot = (end - meter.first_token_at) / (tokens - 1)

@@ -1,0 +1,48 @@
+"""The interim router: every request is profile "default", the least busy ready backend goes first.
+
+Busy = in-flight / max_concurrency (in-flight alone when no limit is set), so a backend configured for
+more concurrency takes proportionally more. Ties keep the pool's order. A backend at its concurrency
+limit is left out; when none is left the request is refused with 503 (and a hint if some are warming).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.routing.types import BackendSnapshot, Candidate, Decision, Refusal
+
+PROFILE = "default"
+
+
+class LeastBusyRouter:
+    def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        candidates = [_judge(backend) for backend in backends]
+        eligible = [c for c in candidates if c.eligible]
+        eligible.sort(key=lambda c: -(c.score or 0.0))  # stable: ties keep pool order
+        ranked = tuple(c.backend for c in eligible)
+        refusal = None if ranked else _refusal(backends)
+        return Decision(profile=PROFILE, ranked=ranked, candidates=tuple(candidates), refusal=refusal)
+
+
+def _judge(backend: BackendSnapshot) -> Candidate:
+    if not backend.ready:
+        return Candidate(backend.name, False, "starting" if backend.starting else "not ready")
+    if backend.breaker_open:
+        return Candidate(backend.name, False, "breaker open")
+    limit = backend.max_concurrency
+    if limit is not None and backend.inflight >= limit:
+        return Candidate(backend.name, False, f"at its concurrency limit ({limit})")
+    load = backend.inflight / limit if limit else float(backend.inflight)
+    # score = 1 / (1 + load): 1.0 when idle, falling as load grows; only the order matters.
+    return Candidate(backend.name, True, f"{backend.inflight} in flight", 1.0 / (1.0 + load))
+
+
+def _refusal(backends: Sequence[BackendSnapshot]) -> Refusal:
+    if any(b.starting for b in backends):
+        return Refusal(
+            503, "no_ready_backend", "every backend of this model is still starting; retry shortly"
+        )
+    if any(b.ready for b in backends):
+        return Refusal(503, "backends_busy", "every backend of this model is at its concurrency limit")
+    return Refusal(503, "no_ready_backend", "no backend of this model is ready")

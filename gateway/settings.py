@@ -1,0 +1,191 @@
+"""Gateway configuration: a YAML file, overridden by `SPARK_GATEWAY_*` environment variables.
+
+Nested fields use `__` in the environment, e.g. `SPARK_GATEWAY_TIMEOUTS__CONNECT_S=2`. A validation error
+names the file, the line and the field (`deploy/gateway.yaml:12: backends.1.url: ...`): the YAML node
+marks map each pydantic error location back to the line it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+Flavor = Literal["vllm", "sglang", "llamacpp", "openai"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BackendConfig(_Strict):
+    """One engine instance the gateway may send requests to."""
+
+    name: str = Field(min_length=1)
+    url: str = Field(description="base URL without /v1, e.g. http://127.0.0.1:8101")
+    flavor: Flavor = "vllm"
+    api_key: str | None = None
+    max_concurrency: int | None = Field(default=None, ge=1)
+    # Declared capabilities win over what the prober discovers (e.g. a vLLM vision build: /v1/models
+    # does not say whether it can see).
+    context_length: int | None = Field(default=None, ge=1)
+    modalities: frozenset[str] | None = None
+    tags: frozenset[str] = frozenset()
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+
+class PoolConfig(_Strict):
+    """A model name clients send (plus aliases), served by a list of backends."""
+
+    model: str = Field(min_length=1)
+    aliases: tuple[str, ...] = ()
+    backends: tuple[str, ...] = Field(min_length=1)
+    # backend name -> the model name that backend expects, when it differs from `model`.
+    served_names: dict[str, str] = Field(default_factory=dict)
+
+    def served_name(self, backend: str) -> str:
+        return self.served_names.get(backend, self.model)
+
+
+class Timeouts(_Strict):
+    """Upstream timeouts in seconds. First byte is long on purpose: a 128k-token prefill takes minutes."""
+
+    connect_s: float = Field(default=5.0, gt=0)
+    first_byte_s: float = Field(default=600.0, gt=0)
+    idle_s: float = Field(default=120.0, gt=0)
+
+
+class ProbeConfig(_Strict):
+    interval_s: float = Field(default=5.0, gt=0)
+    starting_interval_s: float = Field(default=2.0, gt=0)
+    timeout_s: float = Field(default=5.0, gt=0)
+    # Engines compile CUDA graphs for 5-8 minutes and refuse connections meanwhile: that is "starting".
+    startup_grace_s: float = Field(default=600.0, ge=0)
+
+
+class Limits(_Strict):
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    max_attempts: int = Field(default=3, ge=1, description="backends tried per request before giving up")
+    connections: int = Field(default=1024, ge=1, description="upstream connection pool size")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SPARK_GATEWAY_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    backends: tuple[BackendConfig, ...] = ()
+    pools: tuple[PoolConfig, ...] = ()
+    policy: Path | None = None
+    timeouts: Timeouts = Timeouts()
+    probe: ProbeConfig = ProbeConfig()
+    limits: Limits = Limits()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's content arrives as init kwargs; the environment must win over it.
+        return env_settings, init_settings
+
+    @model_validator(mode="after")
+    def _pools_name_known_backends(self) -> Settings:
+        names = [b.name for b in self.backends]
+        if len(set(names)) != len(names):
+            raise ValueError(f"backend names must be unique: {names}")
+        seen: set[str] = set()
+        for pool in self.pools:
+            for backend in (*pool.backends, *pool.served_names):
+                if backend not in names:
+                    raise ValueError(f"pool {pool.model!r} names unknown backend {backend!r}")
+            for name in (pool.model, *pool.aliases):
+                if name in seen:
+                    raise ValueError(f"model name {name!r} is used by two pools")
+                seen.add(name)
+        return self
+
+    def backend(self, name: str) -> BackendConfig:
+        return next(b for b in self.backends if b.name == name)
+
+
+class SettingsError(ValueError):
+    """Invalid configuration; `str()` gives one `file:line: field: message` line per problem."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
+def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
+    """Settings from `path` (YAML) with the environment on top; `overrides` are extra file-level keys."""
+    text = Path(path).read_text() if path is not None else ""
+    try:
+        root = yaml.compose(text) if text.strip() else None
+        data = yaml.safe_load(text) if root is not None else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 0
+        raise SettingsError([f"{path}:{line}: {exc}"]) from exc
+    if not isinstance(data, dict):
+        raise SettingsError([f"{path}:1: the file must hold a mapping"])
+    data.update(overrides)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise SettingsError(_located(exc, root, path)) from exc
+
+
+def _located(exc: ValidationError, root: yaml.Node | None, path: Path | str | None) -> list[str]:
+    lines = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        field = ".".join(str(part) for part in loc) or "(root)"
+        line = _line_of(root, loc)
+        where = f"{path}:{line}" if line else ("(environment)" if path is None else f"{path}")
+        lines.append(f"{where}: {field}: {error['msg']}")
+    return lines
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """1-based line of the deepest YAML node on the path `loc`; None if the path is not in the file."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        child = _child(node, part)
+        if child is None:
+            break
+        node, line = child, child.start_mark.line + 1
+    return line
+
+
+def _child(node: yaml.Node | None, part: int | str) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if key.value == str(part):
+                # Point at the key's line: for a nested block the value starts on the next line.
+                return value if isinstance(value, yaml.ScalarNode) else _with_mark(value, key)
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        child: yaml.Node = node.value[part]
+        return child
+    return None
+
+
+def _with_mark(value: yaml.Node, key: yaml.Node) -> yaml.Node:
+    clone = type(value)(value.tag, value.value, key.start_mark, value.end_mark)
+    return clone

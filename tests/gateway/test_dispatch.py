@@ -1,0 +1,235 @@
+"""Dispatch: failover before the first byte, 4xx pass-through, streaming, cancel, the completion record."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from gateway_fakes import FakeEngine, running_gateway, settings_for
+
+from gateway.backends.registry import Registry, Status
+from gateway.proxy.dispatch import Dispatcher, Job, RequestRecord
+from gateway.proxy.upstream import MockResponse, MockTransport, UpstreamConnectError, UpstreamTimeout
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def stream_chat(url: str, body: dict[str, Any]) -> tuple[int, Mapping[str, str], bytes]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/v1/chat/completions", json={**body, "stream": True}) as response,
+    ):
+        return response.status, response.headers, await response.read()
+
+
+def frames(raw: bytes) -> list[bytes]:
+    return [f for f in raw.replace(b"\r\n", b"\n").split(b"\n\n") if f]
+
+
+async def test_stream_strips_the_usage_chunk_it_asked_for(engines: list[FakeEngine]) -> None:
+    records: list[RequestRecord] = []
+    async with running_gateway(settings_for({"a": engines[0].url}), observers=[records.append]) as (url, _):
+        status, headers, raw = await stream_chat(url, CHAT)
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    assert engines[0].bodies[0]["stream_options"] == {"include_usage": True}
+    assert not any(b'"usage"' in f for f in frames(raw))
+    assert frames(raw)[-1] == b"data: [DONE]"
+    assert records[0].output_tokens == 3 and records[0].prompt_tokens == 5
+
+
+async def test_stream_keeps_the_usage_chunk_the_client_asked_for(engines: list[FakeEngine]) -> None:
+    body = {**CHAT, "stream_options": {"include_usage": True}}
+    async with running_gateway(settings_for({"a": engines[0].url})) as (url, _):
+        _, _, raw = await stream_chat(url, body)
+    assert any(b'"usage"' in f for f in frames(raw))
+
+
+async def test_crlf_stream_with_comments_passes_through(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.crlf = True
+    engines[0].behaviour.comments = True
+    async with running_gateway(settings_for({"a": engines[0].url})) as (url, _):
+        _, _, raw = await stream_chat(url, CHAT)
+    assert b": keep-alive\r\n\r\n" in raw
+    assert raw.endswith(b"data: [DONE]\r\n\r\n")
+    assert b'"usage"' not in raw
+
+
+async def test_stream_records_ttft_itl_and_tpot(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.tokens = 5
+    engines[0].behaviour.gap_s = 0.02
+    records: list[RequestRecord] = []
+    async with running_gateway(settings_for({"a": engines[0].url}), observers=[records.append]) as (url, _):
+        await stream_chat(url, CHAT)
+    record = records[0]
+    assert record.ttft is not None and record.tpot is not None
+    assert len(record.itl) == 4 and all(gap >= 0.015 for gap in record.itl)
+    assert record.tpot == pytest.approx((record.e2e - record.ttft) / 4, rel=0.2)
+
+
+async def test_upstream_error_frame_mid_stream_reaches_the_client(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.error_after = 1
+    records: list[RequestRecord] = []
+    async with running_gateway(settings_for({"a": engines[0].url}), observers=[records.append]) as (url, _):
+        status, _, raw = await stream_chat(url, CHAT)
+    assert status == 200
+    assert b'"engine failed"' in frames(raw)[-1]
+    assert records[0].error == "engine failed"
+
+
+async def test_connection_drop_mid_stream_becomes_an_error_frame(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.drop_after = 1
+    async with running_gateway(settings_for({"a": engines[0].url})) as (url, _):
+        status, _, raw = await stream_chat(url, CHAT)
+    last = frames(raw)
+    assert status == 200
+    assert last[-1] == b"data: [DONE]"
+    assert orjson.loads(last[-2][len(b"data: ") :])["error"]["code"] == "upstream_stream_error"
+
+
+async def test_5xx_before_first_byte_fails_over_to_the_next_backend(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.status = 503
+    records: list[RequestRecord] = []
+    settings = settings_for({"a": engines[0].url, "b": engines[1].url})
+    async with running_gateway(settings, observers=[records.append]) as (url, _):
+        status, headers, _ = await stream_chat(url, CHAT)
+    assert status == 200 and headers["x-gateway-backend"] == "b"
+    assert records[0].attempts == 2 and records[0].failures[0][0] == "a"
+
+
+async def test_connect_error_fails_over_to_the_next_backend(engines: list[FakeEngine]) -> None:
+    dead = engines[0].url
+    await engines[0].stop()
+    settings = settings_for({"a": dead, "b": engines[1].url})
+    async with running_gateway(settings, wait_ready=True) as (url, gateway):
+        gateway.registry.set_status("a", Status.READY)  # stale readiness: the prober has not seen it die
+        gateway.prober.config = gateway.prober.config.model_copy(
+            update={"interval_s": 60, "starting_interval_s": 60}
+        )
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url + "/v1/chat/completions", json=CHAT) as response,
+        ):
+            assert response.status == 200
+            assert response.headers["x-gateway-backend"] == "b"
+
+
+async def test_4xx_is_passed_through_without_failover(engines: list[FakeEngine]) -> None:
+    error = {"error": {"message": "context too long", "type": "BadRequestError", "code": 400}}
+    engines[0].behaviour.status = 400
+    engines[0].behaviour.error_body = error
+    settings = settings_for({"a": engines[0].url, "b": engines[1].url})
+    async with (
+        running_gateway(settings) as (url, _),
+        aiohttp.ClientSession() as session,
+        session.post(url + "/v1/chat/completions", json=CHAT) as response,
+    ):
+        assert response.status == 400
+        assert await response.json() == error
+    assert engines[1].bodies == []
+
+
+async def test_client_disconnect_cancels_the_upstream_request(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.hang = True
+    async with (
+        running_gateway(settings_for({"a": engines[0].url})) as (url, gateway),
+        aiohttp.ClientSession() as session,
+    ):
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await session.post(url + "/v1/chat/completions", json=CHAT)
+        async with asyncio.timeout(5):
+            while engines[0].cancelled == 0:
+                await asyncio.sleep(0.02)
+        assert gateway.registry.backends["a"].inflight == 0
+
+
+# Dispatcher alone, over the in-process MockTransport: no sockets.
+
+
+def _dispatcher(
+    handler: Any, backends: tuple[str, ...] = ("a", "b")
+) -> tuple[Dispatcher, Registry, list[RequestRecord]]:
+    settings = settings_for({name: f"http://{name}.invalid" for name in backends})
+    registry = Registry(settings)
+    records: list[RequestRecord] = []
+    return (
+        Dispatcher(registry, MockTransport(handler), max_attempts=2, observers=[records.append]),
+        registry,
+        records,
+    )
+
+
+def _job(registry: Registry, ranked: tuple[str, ...] = ("a", "b")) -> Job:
+    raw = orjson.dumps(CHAT)
+    pool = registry.pools[0]
+    return Job("r1", "chat", "/v1/chat/completions", pool, dict(CHAT), raw, 0.0, "default", ranked)
+
+
+class Client:
+    """ASGI receive/send that never disconnects and collects what is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        self.sent.append(dict(message))
+
+
+async def test_timeouts_on_every_candidate_end_in_504_naming_each_failure() -> None:
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        raise UpstreamTimeout(f"{url} too slow")
+
+    dispatcher, registry, records = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_job(registry), client.receive, client.send)
+    assert client.sent[0]["status"] == 504
+    assert [b for b, _ in records[0].failures] == ["a", "b"]
+    assert all(state.inflight == 0 for state in registry.backends.values())
+
+
+async def test_retries_are_bounded_by_max_attempts() -> None:
+    calls: list[str] = []
+
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        calls.append(url)
+        raise UpstreamConnectError("refused")
+
+    dispatcher, registry, _ = _dispatcher(handler, ("a", "b", "c"))
+    client = Client()
+    await dispatcher.run(_job(registry, ("a", "b", "c")), client.receive, client.send)
+    assert len(calls) == 2 and client.sent[0]["status"] == 502
+
+
+async def test_last_5xx_is_passed_through_when_every_candidate_fails() -> None:
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        return MockResponse(500, [b'{"error":{"message":"engine dead"}}'])
+
+    dispatcher, registry, _ = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_job(registry), client.receive, client.send)
+    assert client.sent[0]["status"] == 500
+    assert client.sent[1]["body"] == b'{"error":{"message":"engine dead"}}'
+
+
+async def test_inflight_is_counted_from_dispatch_until_the_answer_is_sent() -> None:
+    seen: list[int] = []
+    dispatcher_ref: list[Registry] = []
+
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        seen.append(dispatcher_ref[0].backends["a"].inflight)
+        return MockResponse(200, [b'{"usage":{"completion_tokens":2,"prompt_tokens":1}}'])
+
+    dispatcher, registry, records = _dispatcher(handler)
+    dispatcher_ref.append(registry)
+    client = Client()
+    await dispatcher.run(_job(registry), client.receive, client.send)
+    assert seen == [1] and registry.backends["a"].inflight == 0
+    assert records[0].inflight_at_dispatch == 1 and records[0].output_tokens == 2

@@ -1,0 +1,101 @@
+"""SseMeter: frame splitting, pass-through bytes, usage stripping and the TTFT/ITL measures."""
+
+from __future__ import annotations
+
+import orjson
+
+from gateway.proxy.stream import SseMeter
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def chunk(content: str | None = None, **extra: object) -> bytes:
+    delta = {} if content is None else {"content": content}
+    return b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": delta}], **extra}) + b"\n\n"
+
+
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}\n\n'
+
+
+def test_frames_pass_through_byte_for_byte() -> None:
+    stream = chunk("a") + chunk("b") + b"data: [DONE]\n\n"
+    meter = SseMeter(strip_usage=False)
+    assert meter.feed(stream) == stream
+    assert meter.done
+
+
+def test_a_frame_split_across_reads_is_forwarded_once_complete() -> None:
+    frame = chunk("hello")
+    meter = SseMeter(strip_usage=False)
+    assert meter.feed(frame[:7]) == b""
+    assert meter.feed(frame[7:]) == frame
+    assert meter.content_frames == 1
+
+
+def test_crlf_framing_and_comments_are_accepted_and_kept() -> None:
+    stream = b": ping - 2026\r\n\r\n" + chunk("a").replace(b"\n\n", b"\r\n\r\n") + b"data: [DONE]\r\n\r\n"
+    meter = SseMeter(strip_usage=True)
+    assert meter.feed(stream) == stream
+    assert meter.content_frames == 1 and meter.done
+
+
+def test_usage_only_frame_is_stripped_when_the_gateway_asked_for_it() -> None:
+    meter = SseMeter(strip_usage=True)
+    out = meter.feed(chunk("a") + USAGE + b"data: [DONE]\n\n")
+    assert out == chunk("a") + b"data: [DONE]\n\n"
+    assert meter.usage == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+
+
+def test_usage_only_frame_is_kept_when_the_client_asked_for_it() -> None:
+    meter = SseMeter(strip_usage=False)
+    assert USAGE in meter.feed(chunk("a") + USAGE)
+
+
+def test_usage_on_a_content_frame_is_never_stripped() -> None:
+    frame = chunk("a", usage={"completion_tokens": 1})
+    meter = SseMeter(strip_usage=True)
+    assert meter.feed(frame) == frame
+    assert meter.usage == {"completion_tokens": 1}
+
+
+def test_ttft_is_the_first_content_frame_not_the_role_frame() -> None:
+    clock = Ticks()
+    meter = SseMeter(strip_usage=False, clock=clock)
+    clock.now = 1.0
+    meter.feed(b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
+    clock.now = 2.0
+    meter.feed(chunk("a"))
+    clock.now = 2.25
+    meter.feed(chunk("b"))
+    clock.now = 2.75
+    meter.feed(chunk("c") + chunk(None))  # the finish frame has no content: not a token
+    assert meter.first_token_at == 2.0
+    assert meter.itl == [0.25, 0.5]
+
+
+def test_reasoning_and_tool_call_deltas_count_as_tokens() -> None:
+    meter = SseMeter(strip_usage=False)
+    meter.feed(b'data: {"choices":[{"delta":{"reasoning_content":"hm"}}]}\n\n')
+    meter.feed(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}\n\n')
+    meter.feed(b'data: {"choices":[{"text":"x"}]}\n\n')
+    assert meter.content_frames == 3
+
+
+def test_error_frame_is_recorded_and_forwarded() -> None:
+    frame = b'data: {"error":{"message":"engine failed","code":500}}\n\n'
+    meter = SseMeter(strip_usage=True)
+    assert meter.feed(frame) == frame
+    assert meter.error == {"message": "engine failed", "code": 500}
+
+
+def test_flush_forwards_a_trailing_frame_without_blank_line() -> None:
+    meter = SseMeter(strip_usage=False)
+    assert meter.feed(b"data: [DONE]") == b""
+    assert meter.flush() == b"data: [DONE]"
+    assert meter.done

@@ -1,0 +1,80 @@
+"""AiohttpTransport: failures map onto the seam's exceptions; close() drops the upstream connection."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from gateway_fakes import FakeEngine
+
+from gateway.proxy.upstream import AiohttpTransport, UpstreamBroken, UpstreamConnectError, UpstreamTimeout
+from gateway.settings import Timeouts
+
+HEADERS = {"content-type": "application/json"}
+BODY = b'{"model":"m","messages":[],"stream":true}'
+
+
+def transport(**timeouts: float) -> AiohttpTransport:
+    return AiohttpTransport(Timeouts(**{"connect_s": 1.0, "first_byte_s": 2.0, "idle_s": 2.0, **timeouts}))
+
+
+async def test_refused_connection_is_a_connect_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/chat/completions"
+    upstream = transport()
+    with pytest.raises(UpstreamConnectError):
+        await upstream.send(url, HEADERS, BODY)
+    await upstream.aclose()
+
+
+async def test_no_headers_in_time_is_a_timeout(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.hang = True
+    upstream = transport(first_byte_s=0.2)
+    with pytest.raises(UpstreamTimeout):
+        await upstream.send(engines[0].url + "/v1/chat/completions", HEADERS, BODY)
+    await upstream.aclose()
+
+
+async def test_idle_gap_in_a_stream_is_a_timeout(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.gap_s = 0.5
+    upstream = transport(idle_s=0.2)
+    response = await upstream.send(engines[0].url + "/v1/chat/completions", HEADERS, BODY)
+    with pytest.raises(UpstreamTimeout):
+        async for _ in response.iter_chunks():
+            pass
+    response.close()
+    await upstream.aclose()
+
+
+async def test_dropped_connection_mid_body_is_broken(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.drop_after = 1
+    upstream = transport()
+    response = await upstream.send(engines[0].url + "/v1/chat/completions", HEADERS, BODY)
+    with pytest.raises(UpstreamBroken):
+        async for _ in response.iter_chunks():
+            pass
+    await upstream.aclose()
+
+
+async def test_close_mid_stream_cancels_the_engine_request(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.tokens = 1000
+    engines[0].behaviour.gap_s = 0.01
+    upstream = transport()
+    response = await upstream.send(engines[0].url + "/v1/chat/completions", HEADERS, BODY)
+    async for _ in response.iter_chunks():
+        break
+    response.close()
+    async with asyncio.timeout(5):
+        while engines[0].cancelled == 0:
+            await asyncio.sleep(0.02)
+    await upstream.aclose()
+
+
+async def test_a_fully_read_response_is_answered_with_status_and_type(engines: list[FakeEngine]) -> None:
+    upstream = transport()
+    response = await upstream.send(engines[0].url + "/v1/chat/completions", HEADERS, b'{"model":"m"}')
+    assert response.status == 200 and response.content_type.startswith("application/json")
+    assert b'"usage"' in await response.read()
+    await upstream.aclose()
