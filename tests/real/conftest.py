@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from engine_fleet import EnginePair, running_pair
+from gateway_harness import RunningGateway, pair_settings, serving, wait_until_ready, write_policy
 from gguf_model import ensure_gemma_gguf
 from llama_build import BuildToolsMissing, BuiltServer, ensure_llama_server
 from llama_process import LlamaServer
@@ -50,3 +51,17 @@ def plain_engine(engine_pair: EnginePair) -> LlamaServer:
 @pytest.fixture(scope="session")
 def spec_engine(engine_pair: EnginePair) -> LlamaServer:
     return engine_pair.speculative
+
+
+@pytest.fixture(scope="session")
+def gateway_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_policy(tmp_path_factory.mktemp("gateway-policy"))
+
+
+@pytest.fixture(scope="session")
+def pair_gateway(engine_pair: EnginePair, gateway_policy: Path) -> Iterator[RunningGateway]:
+    """The gateway in front of the real pair: pool `gemma` (both), `gemma-plain`, `gemma-spec` (one each)."""
+    settings = pair_settings(engine_pair.plain.base_url, engine_pair.speculative.base_url, gateway_policy)
+    with serving(settings) as running:
+        wait_until_ready(running)
+        yield running
