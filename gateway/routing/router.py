@@ -65,6 +65,22 @@ def schedule(
     return Decision(profile, tuple(name for name, _ in ranked), tuple(scored + filtered))
 
 
+class Completion(Protocol):
+    """What the router learns from a finished request (proxy.dispatch.RequestRecord satisfies it)."""
+
+    @property
+    def backend(self) -> str | None: ...
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def prompt_tokens(self) -> int | None: ...
+
+    @property
+    def body(self) -> Mapping[str, Any] | None: ...
+
+
 class PolicySource(Protocol):
     """Where the router reads the policy in force (PolicyWatcher satisfies it)."""
 
@@ -119,9 +135,9 @@ class PolicyRouter:
         features = extract_features(endpoint, body, backends, self.estimator)
         classification = classify_explained(loaded.policy, features)
         ctx = self._context(loaded.policy, classification.profile, features)
-        scorers = self._scorers(ctx)
+        scorers = self._scorers(ctx, preview=True)
         decision = schedule(ctx, backends, self.filters, scorers)
-        return build_explanation(
+        explanation = build_explanation(
             features,
             classification,
             ctx,
@@ -131,6 +147,17 @@ class PolicyRouter:
             last_error=self.policy.last_error,
             routing_note=self._routing_note(ctx),
         )
+        adaptive = getattr(self.objective_scorer, "explain", None)
+        if ctx.routing == "adaptive" and adaptive is not None and decision.ranked:
+            eligible = [b for b in backends if b.name in decision.ranked]
+            explanation["scoring"]["adaptive"] = adaptive(ctx, eligible)
+        return explanation
+
+    def observe(self, record: Completion) -> None:
+        """A dispatch observer: a successful answer's usage.prompt_tokens teaches the estimator the
+        characters per token of the backend that counted them."""
+        if record.status == 200 and record.backend and record.prompt_tokens and record.body is not None:
+            self.observe_prompt_tokens(record.backend, record.body, record.prompt_tokens)
 
     def observe_prompt_tokens(self, backend: str, body: Mapping[str, Any], prompt_tokens: int) -> None:
         """Teach the estimator from a finished request's usage.prompt_tokens on `backend`."""
@@ -141,11 +168,17 @@ class PolicyRouter:
     def _context(self, policy: Policy, profile: Profile, features: Features) -> RouteContext:
         return RouteContext(features, profile, policy.routing_for(profile), policy.weights)
 
-    def _scorers(self, ctx: RouteContext) -> list[WeightedScorer]:
+    def _scorers(self, ctx: RouteContext, preview: bool = False) -> list[WeightedScorer]:
         w = ctx.weights
         chosen: list[WeightedScorer] = [(self._preference, w.preference), (self._load, w.load)]
         if ctx.routing == "adaptive" and self.objective_scorer is not None:
-            chosen.append((self.objective_scorer, w.objective))
+            objective = self.objective_scorer
+            without = getattr(objective, "without_exploration", None)
+            if preview and without is not None:  # explain must not draw the exploration RNG
+                objective = without()
+            # The objective scorer carries the prefer order as its prior, fading as cells get measured,
+            # so the preference scorer does not also vote in adaptive routing.
+            chosen = [(objective, w.objective), (self._load, w.load)]
         return [(s, weight) for s, weight in chosen if weight > 0]
 
     def _routing_note(self, ctx: RouteContext) -> str:
@@ -153,4 +186,4 @@ class PolicyRouter:
             return "static: policy preference and load"
         if self.objective_scorer is None:
             return "adaptive requested, but no objective scorer is configured: static scoring used"
-        return f"adaptive: policy preference, load and predicted {ctx.profile.objective}"
+        return f"adaptive: predicted {ctx.profile.objective} (prefer order as the prior) and load"

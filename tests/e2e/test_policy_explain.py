@@ -1,0 +1,53 @@
+"""POST /gateway/explain and `spark-gateway explain` against the running gateway: the candidates, their
+filters or scores, and the chosen backend, with nothing sent upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from e2e_harness import gateway_over_fleet, image_messages
+
+from gateway.cli import main
+
+
+async def test_explain_names_every_candidate_and_the_choice_without_touching_an_engine() -> None:
+    async with gateway_over_fleet("spark-home-35b") as stack:
+        before = stack.upstream_requests()
+        body = {"model": stack.model, "messages": image_messages(), "max_tokens": 64}
+        response = await stack.http.post("/gateway/explain", json=body)
+        assert stack.upstream_requests() == before
+    assert response.status_code == 200
+    explained = response.json()
+    assert explained["profile"]["name"] == "vision"
+    assert explained["chosen"] == "fp8-vision"
+    assert explained["ranked"] == ["fp8-vision"]
+    candidates = {c["backend"]: c for c in explained["candidates"]}
+    assert candidates["fp8-vision"]["eligible"] is True
+    assert candidates["fp8-vision"]["scores"] == {"preference": 1.0, "load": 1.0}
+    assert candidates["q475-dflash"]["eligible"] is False
+    assert candidates["q475-dflash"]["reason"] == "modality: cannot take image input"
+
+
+async def test_explain_command_prints_the_decision_of_the_running_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = tmp_path / "image.json"
+    async with gateway_over_fleet("spark-home-35b") as stack:
+        request.write_text(json.dumps({"model": stack.model, "messages": image_messages()}))
+        before = stack.upstream_requests()
+        code = await asyncio.to_thread(main, ["explain", "--url", stack.url, str(request)])
+        assert stack.upstream_requests() == before
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "profile   vision (static, objective ttft)" in out
+    assert "chosen    fp8-vision (failover: none)" in out
+
+
+async def test_explain_of_an_unknown_model_is_a_404() -> None:
+    async with gateway_over_fleet("spark-home-35b") as stack:
+        response = await stack.http.post("/gateway/explain", json={"model": "nope", "messages": []})
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
