@@ -1,13 +1,17 @@
-"""llama.cpp's llama-server (reference/engines.md section 4): listens at once and answers every path with
-503 "Loading model" until loaded, `{"error":{code,message,type}}` errors (context overflow with
-n_prompt_tokens/n_ctx, 500 for an image to a model without mmproj), one chunk per token, `timings` with
-draft_n/draft_n_accepted on the last chunk, a failed stream ends without [DONE], /props and /slots,
+"""llama.cpp's llama-server (reference/engines.md section 4, corrected by what a real llama-server at commit
+0c1e570 did, docs/real-engines.md): listens at once and answers every path with 503 "Loading model" until
+loaded, `{"error":{code,message,type}}` errors (context overflow with n_prompt_tokens/n_ctx, 500 for an
+image to a model without mmproj), one chunk per token, `timings` with draft_n/draft_n_accepted on the last
+JSON chunk (the usage chunk with include_usage), a failed stream ends without [DONE], /props and /slots,
 llamacpp:* metrics without labels."""
 
 from __future__ import annotations
 
+import random
 import secrets
 import string
+from collections import deque
+from dataclasses import dataclass
 from typing import ClassVar
 
 import orjson
@@ -25,7 +29,7 @@ _ERROR_TYPES = {
     "unavailable": "unavailable_error",
     "not_supported": "not_supported_error",
 }
-_BUILD = "b7200-0c1e5709"
+_BUILD = "b7200-0c1e570"  # b<build>-<short commit>, as llama.cpp prints its build_info
 _ID_CHARS = string.ascii_letters + string.digits
 
 
@@ -42,6 +46,14 @@ class LlamaCppFlavor(Flavor):
         "/models": "/v1/models",
         "/v1/health": "/health",
     }
+
+    def __init__(self) -> None:
+        self._ledger = _SlotLedger()
+
+    def plan(self, req: ParsedRequest, spec: EngineSpec, rng: random.Random) -> RequestPlan:
+        planned = super().plan(req, spec, rng)
+        self._ledger.record(planned, spec.perf.max_num_seqs)
+        return planned
 
     def check_request(self, req: ParsedRequest, spec: EngineSpec) -> None:
         """The model name is not checked in single-model mode; images need a multimodal projector."""
@@ -70,6 +82,7 @@ class LlamaCppFlavor(Flavor):
         return min(req.max_tokens or n_ctx, n_ctx - prompt_tokens)
 
     def new_id(self, req: ParsedRequest) -> str:
+        # Completions too: the server names every OpenAI-compatible response "chatcmpl-…".
         return "chatcmpl-" + "".join(secrets.choice(_ID_CHARS) for _ in range(32))
 
     def continuous_usage(self, req: ParsedRequest) -> bool:
@@ -220,6 +233,7 @@ class LlamaCppFlavor(Flavor):
                         "n_embd": 2048,
                         "n_params": int(perf.params_b * 1e9),
                         "size": int(perf.params_b * 1e9 * perf.bytes_per_weight),
+                        "ftype": _ftype(perf.bytes_per_weight),
                     },
                 }
             ],
@@ -230,86 +244,37 @@ class LlamaCppFlavor(Flavor):
             return web.json_response(_props(engine))
 
         async def slots(request: web.Request) -> web.StreamResponse:
-            body = _slots(engine)
+            body = self._ledger.slots(engine)
             if request.query.get("fail_on_no_slot") == "1" and all(s["is_processing"] for s in body):
                 return web.json_response(
                     self.error_body(ApiError(503, "no slot available", "unavailable")), status=503
                 )
             return web.json_response(body)
 
-        return [("GET", "/props", props), ("GET", "/slots", slots)]
+        async def metrics(_: web.Request) -> web.StreamResponse:
+            # Replaces the shared /metrics route to add the server's process start header.
+            headers = {
+                "Content-Type": self.metrics_content_type,
+                "Process-Start-Time-Unix": str(int(engine.started_unix)),
+            }
+            return web.Response(body=self.metrics(engine).encode(), headers=headers)
+
+        return [("GET", "/props", props), ("GET", "/slots", slots), ("GET", "/metrics", metrics)]
 
     def metrics(self, engine: EngineView) -> str:
-        stats, obs, spec = engine.stats, engine.observed, engine.spec
-        rows: list[tuple[str, str, str, float]] = [
-            (
-                "prompt_tokens_total",
-                "counter",
-                "Number of prompt tokens processed.",
-                stats.prompt_tokens_total,
-            ),
-            ("prompt_seconds_total", "counter", "Prompt process time", obs.prompt_seconds_total),
-            (
-                "tokens_predicted_total",
-                "counter",
-                "Number of generation tokens processed.",
-                stats.generation_tokens_total,
-            ),
-            (
-                "tokens_predicted_seconds_total",
-                "counter",
-                "Predict process time",
-                obs.predicted_seconds_total,
-            ),
-            ("n_decode_total", "counter", "Total number of llama_decode() calls", obs.decode_steps_total),
-            ("n_tokens_max", "counter", "Largest observed n_tokens.", obs.max_tokens_in_request),
-            (
-                "spec_decode_num_draft_tokens_total",
-                "counter",
-                "Number of draft tokens.",
-                stats.spec_draft_tokens_total,
-            ),
-            (
-                "spec_decode_num_accepted_tokens_total",
-                "counter",
-                "Number of accepted draft tokens.",
-                stats.spec_accepted_tokens_total,
-            ),
-            ("spec_decode_num_drafts_total", "counter", "Number of drafts.", stats.spec_drafts_total),
-            (
-                "prompt_tokens_seconds",
-                "gauge",
-                "Average prompt throughput in tokens/s.",
-                stats.prompt_tokens_total / obs.prompt_seconds_total if obs.prompt_seconds_total > 0 else 0.0,
-            ),
-            (
-                "predicted_tokens_seconds",
-                "gauge",
-                "Average generation throughput in tokens/s.",
-                stats.generation_tokens_total / obs.predicted_seconds_total
-                if obs.predicted_seconds_total > 0
-                else 0.0,
-            ),
-            ("requests_processing", "gauge", "Number of requests processing.", stats.running),
-            ("requests_deferred", "gauge", "Number of requests deferred.", stats.waiting),
-            (
-                "n_busy_slots_per_decode",
-                "gauge",
-                "Average number of busy slots per llama_decode() call",
-                float(stats.running),
-            ),
-        ]
         lines: list[str] = []
-        for name, kind, doc, value in rows:
-            lines += [
-                f"# HELP llamacpp:{name} {doc}",
-                f"# TYPE llamacpp:{name} {kind}",
-                f"llamacpp:{name} {value}",
-            ]
-        per_pos = stats.spec_accepted_per_pos
-        if spec.perf.speculative is not None and stats.spec_drafts_total > 0 and per_pos:
+        for kind, rows in (("counter", _counters(engine)), ("gauge", _gauges(engine))):
+            for name, doc, value in rows:
+                lines += [
+                    f"# HELP llamacpp:{name} {doc}",
+                    f"# TYPE llamacpp:{name} {kind}",
+                    f"llamacpp:{name} {_number(value)}",
+                ]
+        per_pos = engine.stats.spec_accepted_per_pos
+        if engine.spec.perf.speculative is not None and engine.stats.spec_drafts_total > 0 and per_pos:
             name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
-            lines += [f"# HELP {name} Accepted draft tokens per position.", f"# TYPE {name} counter"]
+            lines += [f"# HELP {name} Accepted tokens per draft position", f"# TYPE {name} counter"]
+            # Integers here: the server prints these from uint64 counters, not through a double.
             lines += [f'{name}{{position="{i}"}} {count}' for i, count in enumerate(per_pos)]
         return "\n".join(lines) + "\n"
 
@@ -324,27 +289,139 @@ def _delta(piece: Piece | None) -> JSON:
     return {"content": piece.content}
 
 
-def _spec_params(spec: EngineSpec) -> JSON:
-    speculative = spec.perf.speculative
-    return {
-        "speculative.n_max": speculative.k if speculative else 16,
-        "speculative.n_min": 0,
-        "speculative.p_min": 0.75,
-        "speculative.types": [f"draft-{speculative.method}"] if speculative else ["none"],
+def _counters(engine: EngineView) -> list[tuple[str, str, float]]:
+    """Name, HELP and value of every counter, in the order and wording of the real server."""
+    stats, obs = engine.stats, engine.observed
+    return [
+        (
+            "prompt_tokens_total",
+            "Number of prompt tokens processed, excluding cached tokens",
+            stats.prompt_tokens_total,
+        ),
+        # The twin keeps no prompt cache, so nothing is ever reused (timings.cache_n is 0 too).
+        ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", 0),
+        ("prompt_seconds_total", "Total time spent processing prompts", obs.prompt_seconds_total),
+        ("tokens_predicted_total", "Number of generation tokens processed", stats.generation_tokens_total),
+        ("tokens_predicted_seconds_total", "Total time spent generating tokens", obs.predicted_seconds_total),
+        (
+            "n_decode_total",
+            "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+            obs.decode_steps_total,
+        ),
+        ("n_tokens_max", "Largest observed sequence length (prompt + generation)", obs.max_tokens_in_request),
+        (
+            "spec_decode_num_draft_tokens_total",
+            "Speculative: Total draft tokens generated",
+            stats.spec_draft_tokens_total,
+        ),
+        (
+            "spec_decode_num_accepted_tokens_total",
+            "Speculative: Total draft tokens accepted by the target model",
+            stats.spec_accepted_tokens_total,
+        ),
+        (
+            "spec_decode_num_drafts_total",
+            "Speculative: Total speculative decoding verification steps",
+            stats.spec_drafts_total,
+        ),
+    ]
+
+
+def _gauges(engine: EngineView) -> list[tuple[str, str, float]]:
+    stats, obs = engine.stats, engine.observed
+    return [
+        (
+            "prompt_tokens_seconds",
+            "Average prompt throughput in tokens/s",
+            _rate(stats.prompt_tokens_total, obs.prompt_seconds_total),
+        ),
+        (
+            "predicted_tokens_seconds",
+            "Average generation throughput in tokens/s",
+            _rate(stats.generation_tokens_total, obs.predicted_seconds_total),
+        ),
+        ("requests_processing", "Number of requests processing", stats.running),
+        ("requests_deferred", "Number of requests deferred", stats.waiting),
+        ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", stats.running),
+    ]
+
+
+def _rate(tokens: int, seconds: float) -> float:
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def _number(value: float) -> str:
+    """A value as the server writes it: a double through a C++ ostream, i.e. printf %g with six
+    significant digits (42, 0.25, 1.23457e+06), never Python's 42.0."""
+    return f"{float(value):g}"
+
+
+# twin `speculative.method` -> llama.cpp `--spec-type` value (common/speculative.cpp)
+_SPEC_TYPES = {
+    "mtp": "draft-mtp",
+    "nextn": "draft-mtp",
+    "eagle": "draft-eagle3",
+    "eagle3": "draft-eagle3",
+    "dflash": "draft-dflash",
+    "dspark": "draft-dspark",
+    "draft": "draft-simple",
+    "draft_model": "draft-simple",
+    "standalone": "draft-simple",
+    "ngram": "ngram-simple",
+}
+_LLAMA_SPEC_TYPES = frozenset(
+    {
+        "draft-simple",
+        "draft-eagle3",
+        "draft-mtp",
+        "draft-dflash",
+        "draft-dspark",
+        "ngram-simple",
+        "ngram-map-k",
+        "ngram-map-k4v",
+        "ngram-mod",
+        "ngram-cache",
     }
+)
+
+
+def _spec_type(method: str) -> str:
+    name = method.lower()
+    if name in _LLAMA_SPEC_TYPES:
+        return name
+    return _SPEC_TYPES.get(name, "draft-simple")
+
+
+def _slot_spec_types(spec: EngineSpec) -> str:
+    """`speculative.types` of a slot that ran a task: a comma string that starts with "none"."""
+    speculative = spec.perf.speculative
+    return f"none,{_spec_type(speculative.method)}" if speculative else "none"
+
+
+def _ftype(bytes_per_weight: float) -> str:
+    """GGUF file type name (llama_model_ftype_name) closest to the checkpoint's bits per weight."""
+    bits = bytes_per_weight * 8
+    for limit, name in ((5.25, "Q4_K - Medium"), (6.1, "Q5_K - Medium"), (7.5, "Q6_K"), (12.0, "Q8_0")):
+        if bits < limit:
+            return name
+    return "BF16"
 
 
 def _props(engine: EngineView) -> JSON:
     spec = engine.spec
     return {
         "default_generation_settings": {
-            "params": {"n_predict": -1, "temperature": 0.8, **_spec_params(spec)},
+            # The per-request defaults: "none" even when the server was started with --spec-type,
+            # and no speculative.n_max/n_min/p_min (observed on llama-server 0c1e570).
+            "params": {"n_predict": -1, "temperature": 0.8, "speculative.types": "none"},
             "n_ctx": spec.context_length,
         },
         "total_slots": spec.perf.max_num_seqs,
         "model_alias": spec.served_model_name,
         "model_path": spec.model_path,
+        "model_ftype": _ftype(spec.perf.bytes_per_weight),
         "modalities": {"vision": spec.vision, "video": False, "audio": False},
+        "media_marker": "<__media__>",
         "chat_template": "{%- for message in messages %}...{%- endfor %}",
         "chat_template_caps": {},
         "bos_token": "",
@@ -354,24 +431,87 @@ def _props(engine: EngineView) -> JSON:
         "endpoint_slots": True,
         "endpoint_props": False,
         "endpoint_metrics": True,
+        "ui": True,
+        "ui_settings": {},
+        "cors_proxy_enabled": False,
     }
 
 
-def _slots(engine: EngineView) -> list[JSON]:
-    spec = engine.spec
-    busy = engine.stats.running
-    return [
-        {
-            "id": i,
-            "n_ctx": spec.context_length,
-            "speculative": spec.perf.speculative is not None,
-            "is_processing": i < busy,
-            "id_task": -1,
-            "n_prompt_tokens": 0,
-            "params": _spec_params(spec),
-            "next_token": [
-                {"has_next_token": i < busy, "has_new_line": False, "n_remain": -1, "n_decoded": 0}
-            ],
-        }
-        for i in range(spec.perf.max_num_seqs)
-    ]
+@dataclass(frozen=True, slots=True)
+class _SlotTask:
+    """What /slots shows about the last task a slot ran."""
+
+    id_task: int
+    prompt_tokens: int
+    completion_tokens: int
+    n_predict: int
+    temperature: float
+
+
+class _SlotLedger:
+    """The most recent planned tasks, one per slot. The engine model does not track slots, so the
+    last `total_slots` tasks stand for what the slots last ran; the engine's own request counter
+    decides how many slots have run anything (it restarts at 0 with the engine)."""
+
+    def __init__(self) -> None:
+        self._next_id = 0
+        self._recent: deque[_SlotTask] = deque()
+
+    def record(self, plan: RequestPlan, n_slots: int) -> None:
+        req = plan.request
+        self._recent.append(
+            _SlotTask(
+                id_task=self._next_id,
+                prompt_tokens=plan.prompt.tokens,
+                completion_tokens=plan.completion_tokens,
+                n_predict=req.max_tokens if req.max_tokens is not None else -1,
+                temperature=req.temperature,
+            )
+        )
+        self._next_id += 1
+        while len(self._recent) > n_slots:
+            self._recent.popleft()
+
+    def slots(self, engine: EngineView) -> list[JSON]:
+        spec = engine.spec
+        n_slots = spec.perf.max_num_seqs
+        used = min(engine.observed.requests_total, n_slots, len(self._recent))
+        # Newest first, so the busy slots (the lowest ids, as the model reports only a count) hold
+        # the tasks still running.
+        tasks = list(reversed(self._recent))[:used]
+        busy = engine.stats.running
+        out: list[JSON] = []
+        for i in range(n_slots):
+            slot: JSON = {
+                "id": i,
+                "n_ctx": spec.context_length,
+                "speculative": spec.perf.speculative is not None,
+                "is_processing": i < busy,
+            }
+            if i < used:
+                slot.update(_task_fields(tasks[i], spec, processing=i < busy))
+            out.append(slot)
+        return out
+
+
+def _task_fields(task: _SlotTask, spec: EngineSpec, processing: bool) -> JSON:
+    """The keys a slot gains once it has run a task (absent on a fresh slot)."""
+    return {
+        "id_task": task.id_task,
+        "n_prompt_tokens": task.prompt_tokens,
+        "n_prompt_tokens_processed": task.prompt_tokens,
+        "n_prompt_tokens_cache": 0,
+        "params": {
+            "n_predict": task.n_predict,
+            "temperature": task.temperature,
+            "speculative.types": _slot_spec_types(spec),
+        },
+        "next_token": [
+            {
+                "has_next_token": processing,
+                "has_new_line": False,
+                "n_remain": -1,
+                "n_decoded": task.completion_tokens,
+            }
+        ],
+    }
