@@ -1,0 +1,272 @@
+"""The mixed trace `bench routing` replays, the in-process ASGI client it replays it with, and the blind
+baseline routers it compares against the policy router.
+
+Request classes are seed 003's four shapes plus image requests and over-length prompts. The trace arrives
+in phases: each class alone (A, B, C, D, as `vllm bench serve --max-concurrency` would run them), then all
+of them mixed. Every stream is a closed loop: `users` clients each send their next request when the
+previous one ends, so a faster routing finishes the phase sooner and aggregate tok/s measures it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message
+
+from gateway.routing.types import BackendSnapshot, Decision
+from gateway.sim.fleet import FleetSpec
+from gateway.sim.text import make_prompt
+
+IMAGE = (  # a 1x1 PNG: engines count an image's tokens by its slot, not its bytes
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+@dataclass(frozen=True)
+class RequestClass:
+    name: str
+    prompt_tokens: int  # 0 for over-length: the fleet's largest context + 1024
+    max_tokens: int
+    endpoint: str = "completions"
+    image: bool = False
+
+    def prompt_for(self, spec: FleetSpec) -> int:
+        return self.prompt_tokens or max(e.context_length for e in spec.engines) + 1024
+
+    def servable_by(self, spec: FleetSpec) -> list[str]:
+        """Engines that can take this class at all (vision, context)."""
+        need = self.prompt_for(spec) + self.max_tokens
+        return [
+            e.name
+            for e in spec.engines
+            if (e.vision or not self.image) and need <= e.context_length
+        ]
+
+
+CLASSES: dict[str, RequestClass] = {
+    "A": RequestClass("A", 512, 512),
+    "B": RequestClass("B", 8192, 256),
+    "C": RequestClass("C", 2048, 512),
+    "D": RequestClass("D", 2048, 256, endpoint="chat"),
+    "image": RequestClass("image", 512, 128, endpoint="chat", image=True),
+    "overlong": RequestClass("overlong", 0, 64),
+}
+
+
+@dataclass(frozen=True)
+class Stream:
+    cls: str
+    users: int
+    requests: int
+
+
+# Seed 003's concurrencies per shape; the mixed phase halves the stress users so it stays a mix.
+TRACE: tuple[tuple[Stream, ...], ...] = (
+    (Stream("A", 1, 6),),
+    (Stream("B", 4, 12),),
+    (Stream("C", 16, 48),),
+    (Stream("D", 2, 12), Stream("image", 1, 4)),
+    (
+        Stream("A", 1, 4),
+        Stream("B", 4, 8),
+        Stream("C", 8, 24),
+        Stream("D", 2, 8),
+        Stream("image", 1, 4),
+        Stream("overlong", 1, 2),
+    ),
+)
+
+
+def trace_requests(trace: Sequence[Sequence[Stream]] = TRACE) -> int:
+    return sum(s.requests for phase in trace for s in phase)
+
+
+@dataclass
+class Outcome:
+    """One request as the client saw it; times are wall-clock seconds from sending."""
+
+    cls: str
+    status: int = 0
+    ttft: float | None = None
+    e2e: float = 0.0
+    output_tokens: int = 0
+    error: str = ""
+    backend: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and not self.error and self.ttft is not None
+
+
+def request_body(cls: RequestClass, model: str, prompt_tokens: int, seed: int) -> dict[str, Any]:
+    """A streamed request of the class; `user` names the class (the oracle router reads it)."""
+    prompt = make_prompt(prompt_tokens, seed=seed)
+    body: dict[str, Any] = {"model": model, "max_tokens": cls.max_tokens, "stream": True, "user": cls.name}
+    body["stream_options"] = {"include_usage": True}
+    body["ignore_eos"] = True
+    if cls.endpoint == "completions":
+        body["prompt"] = prompt
+        return body
+    content: Any = prompt
+    if cls.image:
+        content = [{"type": "text", "text": prompt}, {"type": "image_url", "image_url": {"url": IMAGE}}]
+    body["messages"] = [{"role": "user", "content": content}]
+    return body
+
+
+@dataclass
+class _Exchange:
+    outcome: Outcome
+    started: float
+    chat: bool
+    buffer: bytes = b""
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.outcome.status = message["status"]
+            headers = dict(message.get("headers", []))
+            self.outcome.backend = headers.get(b"x-gateway-backend", b"").decode()
+            return
+        if message["type"] != "http.response.body":
+            return
+        self.buffer += message.get("body", b"")
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            self._line(line.strip())
+        if not message.get("more_body", False):
+            self._line(self.buffer.strip())
+            self.outcome.e2e = time.perf_counter() - self.started
+            self.done.set()
+
+    def _line(self, line: bytes) -> None:
+        if self.outcome.status != 200:
+            if line and not self.outcome.error:
+                self.outcome.error = line[:200].decode(errors="replace")
+            return
+        if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+            return
+        try:
+            event = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            self.outcome.error = "unparseable event"
+            return
+        if "error" in event:
+            self.outcome.error = str(event["error"])[:200]
+            return
+        usage = event.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.outcome.output_tokens = usage["completion_tokens"]
+        for choice in event.get("choices") or []:
+            text = choice.get("delta", {}).get("content") if self.chat else choice.get("text")
+            if text and self.outcome.ttft is None:
+                self.outcome.ttft = time.perf_counter() - self.started
+
+
+async def post(app: ASGIApp, cls: RequestClass, body: Mapping[str, Any]) -> Outcome:
+    """POST one request straight into the ASGI app (no client socket: the bench measures routing)."""
+    raw = orjson.dumps(body)
+    path = "/v1/chat/completions" if cls.endpoint == "chat" else "/v1/completions"
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8080),
+    }
+    exchange = _Exchange(Outcome(cls.name), time.perf_counter(), cls.endpoint == "chat")
+    delivered = False
+
+    async def receive() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await exchange.done.wait()
+        return {"type": "http.disconnect"}
+
+    await app(scope, receive, exchange.send)
+    if not exchange.done.is_set():
+        exchange.outcome.e2e = time.perf_counter() - exchange.started
+        exchange.done.set()
+    return exchange.outcome
+
+
+class Lifespan:
+    """Runs an ASGI app's lifespan (startup on enter, shutdown on exit) without a server."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._outbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._task: asyncio.Future[None] | None = None
+
+    async def __aenter__(self) -> Lifespan:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+        self._task = asyncio.ensure_future(self.app(scope, self._inbox.get, self._outbox.put))
+        await self._inbox.put({"type": "lifespan.startup"})
+        message = await self._outbox.get()
+        if message["type"] != "lifespan.startup.complete":
+            raise RuntimeError(f"gateway startup failed: {message.get('message')}")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._inbox.put({"type": "lifespan.shutdown"})
+        await self._outbox.get()
+        if self._task is not None:
+            await self._task
+
+
+def _profile(body: Mapping[str, Any], fallback: str) -> str:
+    user = body.get("user")
+    return user if isinstance(user, str) else fallback
+
+
+class RoundRobinRouter:
+    """Blind rotation over the pool: no capability, context or readiness filter."""
+
+    def __init__(self) -> None:
+        self._turn = itertools.count()
+
+    def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        names = [b.name for b in backends]
+        start = next(self._turn) % len(names)
+        return Decision(_profile(body, "round_robin"), tuple(names[start:] + names[:start]))
+
+
+class LeastInflightRouter:
+    """Blind least-loaded: the backend with the fewest requests in flight (rotation breaks ties)."""
+
+    def __init__(self) -> None:
+        self._turn = itertools.count()
+
+    def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        turn = next(self._turn)
+        order = sorted(range(len(backends)), key=lambda i: (backends[i].inflight, (i - turn) % len(backends)))
+        return Decision(_profile(body, "least_inflight"), tuple(backends[i].name for i in order))
+
+
+class AssignmentRouter:
+    """Each request class to one fixed backend (the oracle's candidates); others follow as failover."""
+
+    def __init__(self, assignment: Mapping[str, str]) -> None:
+        self.assignment = dict(assignment)
+
+    def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        names = [b.name for b in backends]
+        chosen = self.assignment.get(_profile(body, ""), names[0])
+        return Decision(_profile(body, "oracle"), (chosen, *(n for n in names if n != chosen)))

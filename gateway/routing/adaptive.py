@@ -1,0 +1,261 @@
+"""The adaptive objective scorer: rank backends by the predicted outcome of this request, from live samples.
+
+For every eligible backend, routing/predict.py predicts the profile's objective at the load the request
+would join (c = in-flight + 1, counted from dispatch, so a burst of arrivals sees each earlier one and the
+router does not herd): TTFT for `ttft`, TTFT + requested output tokens x TPOT for `e2e`, 1 / TPOT for
+`tokens_per_second`. The window's error rate turns it into the cost per *successful* request (a backend that
+fails half its requests takes twice as long per answer). Scores are then normalised across candidates:
+
+    gap_i   = how much worse than the best, relative: v_i / best - 1 (lower is better) or best / v_i - 1
+    norm_i  = 1 - gap_i / max(max gap, tolerance)        1 for the best; 0 only for a gap >= tolerance
+    score_i = 0.25 + 0.75 * norm_i                       any prediction ranks above no prediction
+    no prediction yet (fewer than min_samples):  0.2 * prior_i
+
+The prior is the policy's `prefer` order (the preference scorer's formula): with no predictions at all the
+scores *are* the prior, so a fresh gateway routes like the static policy and measurements take over cell by
+cell. `tolerance` keeps noise from flipping decisions: a 5 % gap moves the score by 0.15, not by 1.
+
+Exploration (bounded): while some eligible backend has fewer than min_samples samples for the profile, it
+gets the request with probability epsilon (predict.pick_exploration; seeded RNG, so decisions replay). Once
+every cell holds min_samples, exploration stops until a cell ages out, so its total cost is at most
+min_samples requests per backend x profile per window.
+
+`verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
+(cached fits, engine hints) and satisfies the router's `Scorer` protocol under the name "objective".
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gateway.backends.scraper import MetricsScraper
+from gateway.routing.context import RouteContext
+from gateway.routing.predict import (
+    CellModel,
+    Exploration,
+    ModelCache,
+    PredictConfig,
+    Prediction,
+    hint_from_scrape,
+    pick_exploration,
+    predict_with_model,
+)
+from gateway.routing.scorers import PreferenceScorer
+from gateway.routing.types import BackendSnapshot
+from gateway.stats.live import LiveRecorder
+
+KNOWN_FLOOR = 0.25  # the lowest score of a backend with a prediction
+UNKNOWN_WEIGHT = 0.2  # a backend without one scores prior x this: always below every prediction
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    min_samples: int = 5
+    epsilon: float = 0.25
+    tolerance: float = 0.25  # relative gap that takes the whole score range
+
+
+@dataclass(frozen=True, slots=True)
+class CellView:
+    """What the scorer knows about one backend for this profile."""
+
+    model: CellModel
+    count: int  # all samples in the window, failed ones included
+    errors: int
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.count if self.count else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    scores: dict[str, float]
+    predictions: tuple[Prediction, ...]
+    prior: dict[str, float]
+    explored: Exploration | None
+    why: str
+    costs: dict[str, float] = field(default_factory=dict)  # objective after the error-rate correction
+
+
+def effective_value(prediction: Prediction, error_rate: float) -> float | None:
+    """The objective per successful request: time / (1 - errors), speed x (1 - errors)."""
+    if prediction.value is None:
+        return None
+    ok = max(1.0 - error_rate, 0.05)  # a backend failing everything is 20x worse, not infinitely
+    return prediction.value * ok if prediction.higher_is_better else prediction.value / ok
+
+
+def verdict(
+    predictions: Sequence[Prediction],
+    error_rates: Mapping[str, float],
+    prior: Mapping[str, float],
+    explored: Exploration | None,
+    tolerance: float,
+) -> Verdict:
+    """Scores in [0, 1] per backend from its prediction (pure; formulas in the module docstring)."""
+    names = [p.backend for p in predictions]
+    if explored is not None:
+        scores = {name: 1.0 if name == explored.backend else 0.0 for name in names}
+        return Verdict(scores, tuple(predictions), dict(prior), explored, f"exploring {explored.why}")
+    values = {
+        p.backend: max(v, 1e-9)
+        for p in predictions
+        if (v := effective_value(p, error_rates.get(p.backend, 0.0))) is not None
+    }
+    if not values:
+        scores = {name: prior.get(name, 0.0) for name in names}
+        why = "no backend has enough samples yet: the policy's prefer order is the prior"
+        return Verdict(scores, tuple(predictions), dict(prior), None, why)
+    higher = predictions[0].higher_is_better
+    best = max(values.values()) if higher else min(values.values())
+    gaps = {name: (best / v if higher else v / best) - 1.0 for name, v in values.items()}
+    scale = max(max(gaps.values()), tolerance)
+    scores = {
+        name: KNOWN_FLOOR + (1 - KNOWN_FLOOR) * (1.0 - gaps[name] / scale)
+        if name in values
+        else UNKNOWN_WEIGHT * prior.get(name, 0.0)
+        for name in names
+    }
+    return Verdict(scores, tuple(predictions), dict(prior), None, _why(predictions, values, gaps), values)
+
+
+def _why(predictions: Sequence[Prediction], values: Mapping[str, float], gaps: Mapping[str, float]) -> str:
+    ordered = sorted(values, key=lambda name: gaps[name])
+    objective = predictions[0].objective
+    unit = "tok/s" if predictions[0].higher_is_better else "s"
+    winner = ordered[0]
+    parts = [f"{winner} predicted best for {objective}: {values[winner]:.3g} {unit}"]
+    parts += [f"{name} {values[name]:.3g} {unit} ({gaps[name] * 100:+.0f}%)" for name in ordered[1:]]
+    missing = [p.backend for p in predictions if p.backend not in values]
+    if missing:
+        parts.append(f"not yet measured (ranked after): {', '.join(missing)}")
+    return "; ".join(parts)
+
+
+def load_at_dispatch(backends: Sequence[BackendSnapshot], devices: Mapping[str, str]) -> dict[str, int]:
+    """In-flight requests each backend's next request would join: its own, plus those of the backends
+    sharing its device (the same quantity samples record as their concurrency)."""
+    per_device: dict[str, int] = {}
+    for b in backends:
+        if b.name in devices:
+            per_device[devices[b.name]] = per_device.get(devices[b.name], 0) + b.inflight
+    return {b.name: per_device[devices[b.name]] if b.name in devices else b.inflight for b in backends}
+
+
+class AdaptiveScorer:
+    """Scorer "objective" for adaptive profiles, fed by the gateway's LiveRecorder (and engine hints)."""
+
+    name = "objective"
+
+    def __init__(
+        self,
+        recorder: LiveRecorder,
+        *,
+        scraper: MetricsScraper | None = None,
+        config: AdaptiveConfig | None = None,
+        rng: random.Random | None = None,
+        cache: ModelCache | None = None,
+        devices: Mapping[str, str] | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self.scraper = scraper
+        self.config = config or AdaptiveConfig()
+        self.rng = rng or random.Random(0)
+        self.cache = cache or ModelCache()
+        self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
+        self._counts: dict[tuple[str, str], tuple[int, int, int]] = {}  # key -> (version, count, errors)
+        self._predict = PredictConfig(min_samples=self.config.min_samples)
+        self._prior = PreferenceScorer()
+
+    def score(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, float]:
+        return self.decide(ctx, backends).scores
+
+    def decide(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
+        now = self.recorder.now()
+        profile = ctx.profile.name
+        cells = {b.name: self._cell(b.name, profile, now) for b in backends}
+        loads = load_at_dispatch(backends, self.devices)
+        predictions = [self._prediction(ctx, b, cells[b.name].model, loads[b.name]) for b in backends]
+        explored = None
+        if self.config.epsilon > 0:
+            counts = {name: cell.count for name, cell in cells.items()}
+            explored = pick_exploration(
+                counts, self.rng, min_samples=self.config.min_samples, epsilon=self.config.epsilon
+            )
+        errors = {name: cell.error_rate for name, cell in cells.items()}
+        prior = self._prior.score(ctx, backends)
+        return verdict(predictions, errors, prior, explored, self.config.tolerance)
+
+    def without_exploration(self) -> AdaptiveScorer:
+        """The same scorer and caches with exploration off: explain previews without drawing the RNG."""
+        preview = AdaptiveScorer(
+            self.recorder,
+            scraper=self.scraper,
+            config=replace(self.config, epsilon=0.0),
+            rng=self.rng,
+            cache=self.cache,
+            devices=self.devices,
+        )
+        preview._counts = self._counts
+        return preview
+
+    def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
+        """The predicted values behind the objective scores, and why the best one won (no RNG draw)."""
+        decided = self.without_exploration().decide(ctx, backends)
+        under = [p.backend for p in decided.predictions if p.value is None]
+        return {
+            "objective": ctx.profile.objective,
+            "why": decided.why,
+            "exploration": None
+            if not under or self.config.epsilon <= 0
+            else f"p={min(self.config.epsilon, 0.5):g} toward the least measured of: {', '.join(under)}",
+            "predictions": [
+                {
+                    "backend": p.backend,
+                    "concurrency": p.concurrency,
+                    "samples": p.samples,
+                    "ttft_s": p.ttft,
+                    "tpot_s": p.tpot,
+                    "value": p.value,
+                    "effective_value": decided.costs.get(p.backend),
+                    "prior": decided.prior.get(p.backend),
+                    "score": decided.scores.get(p.backend),
+                    "why": p.why,
+                }
+                for p in decided.predictions
+            ],
+        }
+
+    def _prediction(
+        self, ctx: RouteContext, backend: BackendSnapshot, model: CellModel, load: int
+    ) -> Prediction:
+        hint = None
+        if self.scraper is not None:
+            result = self.scraper.latest(backend.name)
+            hint = hint_from_scrape(result, self.scraper.now(), self.scraper.stale_after_s)
+        return predict_with_model(
+            backend.name,
+            model,
+            inflight=load,
+            objective=ctx.profile.objective,
+            max_output_tokens=ctx.features.max_output_tokens,
+            hint=hint,
+            config=self._predict,
+        )
+
+    def _cell(self, backend: str, profile: str, now: float) -> CellView:
+        key = (backend, profile)
+        version = self.recorder.version(backend, profile, now)
+        model = self.cache.get(self.recorder, backend, profile, now)
+        cached = self._counts.get(key)
+        if cached is None or cached[0] != version:
+            samples = self.recorder.samples(backend, profile, now)
+            cached = (version, len(samples), sum(1 for s in samples if s.error))
+            if key not in self._counts and len(self._counts) >= self.recorder.max_cells:
+                del self._counts[next(iter(self._counts))]
+            self._counts[key] = cached
+        return CellView(model, cached[1], cached[2])

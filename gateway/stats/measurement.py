@@ -1,0 +1,188 @@
+"""Live measurement wired together: completion records -> LiveRecorder, the engine /metrics scraper, and
+snapshots of the windows in the state directory (docs/measurement.md).
+
+`Measurement` is made once by the composition root and started and stopped with the app: it loads the last
+snapshot at start, scrapes every backend whose flavor exposes engine metrics, saves the windows
+periodically and once more at shutdown. `observe` is a dispatch observer; `record_sample` is the pure
+translation of one completion record into a `Sample` (or None when the record says nothing about speed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from gateway.backends.engine_metrics import FLAVORS, Flavor
+from gateway.backends.scraper import MetricsScraper, ScrapeTarget
+from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
+from gateway.settings import BackendConfig, MeasurementConfig
+from gateway.stats import snapshot
+from gateway.stats.live import LiveRecorder, Sample
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[str], Awaitable[str]]
+APP_DIR = "spark-gateway"
+
+
+class Completion(Protocol):
+    """The fields of a dispatch completion record (proxy.dispatch.RequestRecord) a sample needs."""
+
+    @property
+    def backend(self) -> str | None: ...
+
+    @property
+    def profile(self) -> str: ...
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def inflight_at_dispatch(self) -> int: ...
+
+    @property
+    def device_inflight_at_dispatch(self) -> int: ...
+
+    @property
+    def ttft(self) -> float | None: ...
+
+    @property
+    def e2e(self) -> float: ...
+
+    @property
+    def overhead(self) -> float: ...
+
+    @property
+    def itl(self) -> Sequence[float]: ...
+
+    @property
+    def output_tokens(self) -> int | None: ...
+
+    @property
+    def prompt_tokens(self) -> int | None: ...
+
+
+def record_sample(record: Completion) -> Sample | None:
+    """One finished request as a Sample, timed from dispatch (the gateway's own overhead removed).
+
+    Not recorded: requests that never reached a backend, client disconnects (a cut-short timing says
+    nothing about the backend) and 4xx answers (the request's fault, not the backend's). A 5xx, a transport
+    failure or an error inside a started stream is an error sample: it counts in the error rate.
+    """
+    if record.backend is None or record.status == 0 or record.status == 499:
+        return None
+    if 400 <= record.status < 500:
+        return None
+    failed = record.status >= 500 or record.error is not None
+    ttft = None if record.ttft is None else max(0.0, record.ttft - record.overhead)
+    gaps = record.itl
+    return Sample(
+        e2e=max(0.0, record.e2e - record.overhead),
+        ttft=ttft,
+        output_tokens=record.output_tokens or 0,
+        prompt_tokens=record.prompt_tokens or 0,
+        # On a shared device the load that slows a request is the device's, not one engine's.
+        concurrency=max(1, record.device_inflight_at_dispatch, record.inflight_at_dispatch),
+        error=failed,
+        mean_itl=sum(gaps) / len(gaps) if gaps else None,
+    )
+
+
+def default_state_dir() -> Path:
+    """$XDG_CACHE_HOME/spark-gateway, else ~/.cache/spark-gateway, else ./state (no usable home)."""
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if cache:
+        return Path(cache) / APP_DIR
+    home = Path.home() if "HOME" in os.environ else None
+    return home / ".cache" / APP_DIR if home is not None else Path("state")
+
+
+def scrape_targets(backends: Iterable[BackendConfig]) -> list[ScrapeTarget]:
+    """One target per backend whose flavor exposes engine metrics (a generic `openai` upstream does not)."""
+    flavors: tuple[str, ...] = FLAVORS
+    return [
+        ScrapeTarget(b.name, f"{b.url}/metrics", _flavor(b.flavor))
+        for b in backends
+        if b.flavor in flavors
+    ]
+
+
+def _flavor(name: str) -> Flavor:
+    for flavor in FLAVORS:
+        if flavor == name:
+            return flavor
+    raise ValueError(f"no engine metrics for flavor {name!r}")
+
+
+class Measurement:
+    """The recorder, the scraper and the snapshot saver of one gateway, started and stopped together."""
+
+    def __init__(
+        self,
+        config: MeasurementConfig,
+        backends: Sequence[BackendConfig],
+        state_dir: Path | None,
+        fetch: Fetch | None,
+    ) -> None:
+        self.config = config
+        self.recorder = LiveRecorder(max_age_s=config.window_s)
+        self._backends = tuple(backends)
+        self.state_dir = state_dir if state_dir is not None else default_state_dir()
+        targets = scrape_targets(backends)
+        self.scraper = (
+            MetricsScraper(targets, fetch, interval_s=config.scrape_interval_s)
+            if fetch is not None and targets
+            else None
+        )
+        self._saver = snapshot.SnapshotSaver(
+            self.recorder, self.state_dir, interval_s=config.snapshot_interval_s
+        )
+        self.restored = 0
+
+    def observe(self, record: Completion) -> None:
+        """Dispatch observer: every finished request lands in its (backend, profile) window."""
+        if record.backend is None:
+            return
+        sample = record_sample(record)
+        if sample is not None:
+            self.recorder.record(record.backend, record.profile, sample)
+
+    async def start(self) -> None:
+        self.restored = snapshot.load(self.recorder, self.state_dir, self.recorder.now())
+        if self.restored:
+            log.info("restored %d live samples from %s", self.restored, self.state_dir)
+        self._saver.start()
+        if self.scraper is not None:
+            self.scraper.start()
+
+    async def stop(self) -> None:
+        if self.scraper is not None:
+            await self.scraper.stop()
+        try:
+            await self._saver.stop()  # cancels the periodic task, then saves once more
+        except OSError as exc:  # an unwritable state dir must not turn a shutdown into a crash
+            log.warning("stats snapshot at shutdown failed: %s", exc)
+
+    def objective_scorer(self) -> AdaptiveScorer:
+        """The adaptive router's objective scorer, reading this recorder and scraper."""
+        config = AdaptiveConfig(min_samples=self.config.min_samples, epsilon=self.config.explore_epsilon)
+        return AdaptiveScorer(
+            self.recorder,
+            scraper=self.scraper,
+            config=config,
+            rng=random.Random(self.config.seed),
+            devices={b.name: b.device for b in self._backends if b.device is not None},
+        )
+
+
+def transport_fetch(transport: object) -> Fetch | None:
+    """The upstream transport's GET, when it has one (the aiohttp transport; test doubles may not)."""
+    get_text = getattr(transport, "get_text", None)
+    return get_text if callable(get_text) else None

@@ -1,0 +1,60 @@
+"""A closed routing loop without sockets: the policy router with the adaptive scorer decides, a performance
+function plays the backends, and each outcome goes back into the recorder as the gateway would record it."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from gateway.policy.load import parse_policy
+from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
+from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.types import BackendSnapshot
+from gateway.stats.live import LiveRecorder, Sample
+
+# (backend, profile, concurrency) -> (ttft seconds, tpot seconds)
+Perf = Callable[[str, str, int], tuple[float, float]]
+
+POLICY = """
+version: 1
+routing: adaptive
+profiles:
+  - name: chat
+    when: {endpoint: {in: [chat]}}
+    prefer: [x, y]
+    objective: ttft
+  - name: default
+    prefer: [x, y]
+    objective: e2e
+"""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make_router(recorder: LiveRecorder, seed: int = 1) -> PolicyRouter:
+    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.25), rng=random.Random(seed))
+    return PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+
+
+def body(endpoint: str) -> dict[str, object]:
+    if endpoint == "chat":
+        return {"model": "m", "messages": [{"role": "user", "content": "hi " * 40}], "max_tokens": 64}
+    return {"model": "m", "prompt": "hi " * 40, "max_tokens": 64}
+
+
+def serve(router: PolicyRouter, recorder: LiveRecorder, clock: Clock, endpoint: str, perf: Perf) -> str:
+    """Route one request at idle load, play it on the chosen backend, record what the gateway would."""
+    backends = [BackendSnapshot("x"), BackendSnapshot("y")]
+    decision = router.route(endpoint, body(endpoint), backends)
+    chosen = decision.ranked[0]
+    ttft, tpot = perf(chosen, decision.profile, 1)
+    recorder.record(chosen, decision.profile, Sample(e2e=ttft + 63 * tpot, ttft=ttft, output_tokens=64,
+                                                    prompt_tokens=40, concurrency=1))
+    clock.t += 1.0
+    return chosen

@@ -1,0 +1,169 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.app import build_app, build_gateway
+from gateway.backends.registry import Status
+from gateway.bench.routing_trace import CLASSES, Lifespan, post, request_body
+from gateway.commands.serve import settings_for_fleet
+from gateway.policy.load import parse_policy
+from gateway.proxy.dispatch import RequestRecord
+from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.types import BackendSnapshot
+from gateway.settings import MeasurementConfig, load_settings
+from gateway.sim.fleet import load_fleet
+from gateway.sim.runner import TwinFleet
+from gateway.stats.live import Sample
+from gateway.stats.measurement import Measurement, record_sample
+from tests.adaptive.routing_loop import POLICY
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def record(**fields: Any) -> RequestRecord:
+    base: dict[str, Any] = dict(request_id="r", model="m", endpoint="chat", profile="chat", stream=True)
+    return RequestRecord(**{**base, **fields})
+
+
+def test_a_completion_record_becomes_a_sample_timed_from_dispatch() -> None:
+    r = record(backend="x", status=200, inflight_at_dispatch=3, device_inflight_at_dispatch=5, ttft=0.5,
+               e2e=2.5, overhead=0.1, itl=[0.02, 0.04], output_tokens=41, prompt_tokens=100)
+    s = record_sample(r)
+    assert s is not None
+    assert (round(s.ttft or 0, 3), round(s.e2e, 3), s.concurrency, s.error) == (0.4, 2.4, 5, False)
+    assert s.mean_itl is not None and abs(s.mean_itl - 0.03) < 1e-9
+    assert abs((s.tpot or 0) - 0.05) < 1e-9  # (2.4 - 0.4) / 40: decode only
+
+
+def test_failures_count_as_errors_but_client_faults_and_disconnects_are_not_recorded() -> None:
+    failed = record_sample(record(backend="x", status=502, e2e=1.0))
+    assert failed is not None and failed.error
+    broke = record_sample(record(backend="x", status=200, error="broke off", ttft=0.1, e2e=1.0))
+    assert broke is not None and broke.error
+    assert record_sample(record(backend="x", status=400, e2e=0.01)) is None
+    assert record_sample(record(backend="x", status=499, e2e=0.5)) is None
+    assert record_sample(record(backend=None, status=503)) is None
+
+
+def test_windows_stay_bounded_under_any_traffic(tmp_path: Path) -> None:
+    m = Measurement(MeasurementConfig(), [], tmp_path, None)
+    m.recorder.max_samples, m.recorder.max_cells = 16, 4  # small bounds, same code path
+    m.recorder._cells.clear()
+    for i in range(2000):
+        m.observe(record(backend=f"b{i % 7}", profile=f"p{i % 3}", status=200, ttft=0.1, e2e=1.0,
+                         output_tokens=10, inflight_at_dispatch=1))
+    assert len(m.recorder) <= 4
+    assert all(len(entries) <= 16 for _, _, entries in m.recorder.cells())
+
+
+def fast_and_slow() -> list[tuple[str, Sample]]:
+    fast = Sample(e2e=1.0, ttft=0.05, output_tokens=64, prompt_tokens=40, concurrency=1)
+    slow = Sample(e2e=4.0, ttft=0.60, output_tokens=64, prompt_tokens=40, concurrency=1)
+    return [("y", fast)] * 8 + [("x", slow)] * 8
+
+
+def test_a_restarted_gateway_routes_from_the_loaded_snapshot(tmp_path: Path) -> None:
+    async def scenario() -> str:
+        first = Measurement(MeasurementConfig(explore_epsilon=0.0), [], tmp_path, None)
+        await first.start()
+        for backend, sample in fast_and_slow():
+            first.recorder.record(backend, "chat", sample)
+        await first.stop()  # the shutdown save
+        second = Measurement(MeasurementConfig(explore_epsilon=0.0), [], tmp_path, None)
+        await second.start()
+        await second.stop()
+        assert second.restored == 16
+        router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=second.objective_scorer())
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+        return router.route("chat", chat, [BackendSnapshot("x"), BackendSnapshot("y")]).ranked[0]
+
+    # The policy prefers x; only the restored measurements can say y answers faster.
+    assert asyncio.run(scenario()) == "y"
+
+
+def test_explain_shows_the_predictions_and_why_the_winner_won(tmp_path: Path) -> None:
+    m = Measurement(MeasurementConfig(), [], tmp_path, None)
+    for backend, sample in fast_and_slow():
+        m.recorder.record(backend, "chat", sample)
+    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=m.objective_scorer())
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    e = router.explain("chat", chat, [BackendSnapshot("x"), BackendSnapshot("y")])
+    adaptive = e["scoring"]["adaptive"]
+    assert e["chosen"] == "y"
+    assert adaptive["why"].startswith("y predicted best for ttft")
+    assert {p["backend"]: round(p["value"], 2) for p in adaptive["predictions"]} == {"x": 0.6, "y": 0.05}
+
+
+def test_the_gateway_records_scrapes_and_serves_live_stats_on_a_twin(tmp_path: Path) -> None:
+    spec = load_fleet(REPO / "deploy/fleets/spark-duo-35b.yaml")
+    spec = spec.model_copy(update={"engines": [e.model_copy(update={"warmup_s": 0.0}) for e in spec.engines]})
+
+    async def scenario() -> tuple[dict[str, Any], str]:
+        async with TwinFleet(spec, time_scale=200.0, ephemeral_ports=True) as fleet:
+            await fleet.wait_ready()
+            base = settings_for_fleet(spec, {n: fleet.url(n) for n in fleet.names})
+            settings = load_settings(
+                None,
+                **{**base.model_dump(mode="json", exclude_none=True), "state_dir": str(tmp_path),
+                   "probe": {"starting_interval_s": 0.02}, "measurement": {"scrape_interval_s": 0.05}},
+            )
+            gateway = build_gateway(settings)
+            app = build_app(gateway)
+            async with Lifespan(app):
+                async with asyncio.timeout(20):
+                    while any(s.status is not Status.READY for s in gateway.registry.backends.values()):
+                        await asyncio.sleep(0.01)
+                    cls = CLASSES["A"]
+                    for i in range(3):
+                        body = request_body(cls, spec.engines[0].served_model_name, 64, seed=i)
+                        body["max_tokens"] = 16
+                        assert (await post(app, cls, body)).ok
+                    await asyncio.sleep(0.2)  # a few scrape rounds
+                    stats = await _get(app, "/gateway/stats")
+                    metrics = (await _get_raw(app, "/metrics")).decode()
+        return stats, metrics
+
+    stats, metrics = asyncio.run(scenario())
+    served = stats["backends"]["fp8-mtp"]["default"]
+    assert served["count"] == 3 and served["ttft_p50"] is not None
+    assert stats["engines"]["fp8-mtp"]["fresh"] is True
+    assert stats["engines"]["fp8-mtp"]["acceptance_total"]["acceptance_rate"] > 0.5
+    assert 'gateway_live_samples{backend="fp8-mtp",profile="default"} 3.0' in metrics
+    assert 'gateway_engine_scrape_age_seconds{backend="fp8-mtp"}' in metrics
+    assert (tmp_path / "live-stats.json").exists()  # saved at shutdown
+
+
+async def _get_raw(app: Any, path: str) -> bytes:
+    chunks: list[bytes] = []
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return b"".join(chunks)
+
+
+async def _get(app: Any, path: str) -> dict[str, Any]:
+    result: dict[str, Any] = orjson.loads(await _get_raw(app, path))
+    return result
+
+
+def test_a_policy_file_wires_the_adaptive_scorer_into_the_router() -> None:
+    settings = settings_for_fleet(
+        load_fleet(REPO / "deploy/fleets/spark-duo-35b.yaml"), {"fp8-base": "http://127.0.0.1:1",
+                                                               "fp8-mtp": "http://127.0.0.1:2"}
+    )
+    gateway = build_gateway(settings)
+    assert isinstance(gateway.router, PolicyRouter) and gateway.router.objective_scorer is not None
+    assert gateway.measurement is not None and gateway.measurement.scraper is not None
