@@ -18,15 +18,25 @@ from starlette.routing import Route
 
 from gateway.api.admin import Backends, Health, Metrics, Ready
 from gateway.api.asgi import RequestContext
+from gateway.api.auth import ApiKeyAuth
+from gateway.api.limits import BodySizeLimit
 from gateway.api.openai import CompletionsEndpoint, ModelsEndpoint, Router
+from gateway.api.openapi import OpenApi
+from gateway.api.policy_admin import PoolResolver, policy_admin_routes
+from gateway.api.stats import Stats
 from gateway.backends.prober import Prober
 from gateway.backends.registry import Registry
 from gateway.policy.load import PolicyWatcher
 from gateway.proxy.dispatch import Dispatcher, Observer
+from gateway.proxy.reliability import Reliability, ReliabilityCollector
 from gateway.proxy.upstream import AiohttpTransport, UpstreamTransport
 from gateway.routing.least_busy import LeastBusyRouter
 from gateway.routing.router import PolicyRouter
+from gateway.routing.types import BackendSnapshot
 from gateway.settings import Settings
+from gateway.shutdown import DrainGuard, DrainTracker
+from gateway.stats.live_metrics import LiveCollector
+from gateway.stats.measurement import Measurement, transport_fetch
 from gateway.stats.metrics import GatewayMetrics
 
 
@@ -48,6 +58,10 @@ class Gateway:
     dispatcher: Dispatcher
     metrics: GatewayMetrics
     services: list[Service] = field(default_factory=list)
+    policy: PolicyWatcher | None = None  # the hot-reloaded policy file, when one is configured
+    reliability: Reliability | None = None  # breakers, admission slots and wait queues
+    drain: DrainTracker = field(default_factory=DrainTracker)  # graceful shutdown on SIGTERM
+    measurement: Measurement | None = None  # live windows, engine scraper, snapshots
 
 
 def build_gateway(
@@ -61,13 +75,30 @@ def build_gateway(
     reloaded), the least-busy router otherwise."""
     registry = Registry(settings)
     metrics = GatewayMetrics(CollectorRegistry(auto_describe=True), registry)
-    running = list(services)
+    transport = transport or AiohttpTransport(settings.timeouts, settings.limits.connections)
+    measurement = Measurement(
+        settings.measurement, settings.backends, settings.state_dir, transport_fetch(transport)
+    )
+    metrics.registry.register(LiveCollector(measurement.recorder, measurement.scraper))
+    running = [*services, measurement]
+    watcher = None
     if router is None and settings.policy is not None:
         watcher = PolicyWatcher(settings.policy, on_reload=metrics.count_policy_reload)
-        router = PolicyRouter(watcher)
+        router = PolicyRouter(watcher, objective_scorer=measurement.objective_scorer())
         running.append(watcher)
-    transport = transport or AiohttpTransport(settings.timeouts, settings.limits.connections)
-    dispatcher = Dispatcher(registry, transport, settings.limits.max_attempts, [metrics.observe, *observers])
+    # The policy router learns each backend's characters per token from the usage it reports.
+    learn = [router.observe] if isinstance(router, PolicyRouter) else []
+    reliability = Reliability(settings)
+    registry.listeners.append(reliability.on_status)
+    registry.breaker_open = reliability.breaker_open
+    metrics.registry.register(ReliabilityCollector(reliability))
+    dispatcher = Dispatcher(
+        registry,
+        transport,
+        settings.limits.max_attempts,
+        [metrics.observe, measurement.observe, *observers, *learn],
+        reliability=reliability,
+    )
     return Gateway(
         settings=settings,
         registry=registry,
@@ -77,6 +108,9 @@ def build_gateway(
         dispatcher=dispatcher,
         metrics=metrics,
         services=running,
+        policy=watcher,
+        reliability=reliability,
+        measurement=measurement,
     )
 
 
@@ -95,10 +129,18 @@ def build_app(gateway: Gateway) -> Starlette:
             await gateway.transport.aclose()
 
     max_body = gateway.settings.limits.max_body_bytes
+    waits = gateway.reliability is not None
     completions = {
-        kind: CompletionsEndpoint(kind, gateway.registry, gateway.router, gateway.dispatcher, max_body)
+        kind: CompletionsEndpoint(
+            kind, gateway.registry, gateway.router, gateway.dispatcher, max_body, can_wait=waits
+        )
         for kind in ("chat", "completions")
     }
+    backends = (
+        Backends(gateway.registry, gateway.reliability.details, gateway.reliability.queues)
+        if gateway.reliability is not None
+        else Backends(gateway.registry)
+    )
     routes = [
         Route("/v1/chat/completions", completions["chat"], methods=["POST"]),
         Route("/v1/completions", completions["completions"], methods=["POST"]),
@@ -106,12 +148,35 @@ def build_app(gateway: Gateway) -> Starlette:
         Route("/health", Health(), methods=["GET"]),
         Route("/ready", Ready(gateway.registry), methods=["GET"]),
         Route("/metrics", Metrics(gateway.metrics), methods=["GET"]),
-        Route("/gateway/backends", Backends(gateway.registry), methods=["GET"]),
+        Route("/gateway/backends", backends, methods=["GET"]),
+        Route("/openapi.json", OpenApi(_model_names(gateway.registry)), methods=["GET"]),
     ]
+    if gateway.measurement is not None:
+        stats = Stats(gateway.measurement.recorder, gateway.measurement.scraper)
+        routes.append(Route("/gateway/stats", stats, methods=["GET"]))
+    if gateway.policy is not None and isinstance(gateway.router, PolicyRouter):
+        routes += policy_admin_routes(gateway.router, gateway.policy, _pool_resolver(gateway.registry))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = gateway
+    # Outermost last: request context -> drain guard -> API keys -> body limit -> routes, so an
+    # unauthenticated client never makes the gateway read its body.
+    app.add_middleware(BodySizeLimit, max_bytes=max_body)
+    app.add_middleware(ApiKeyAuth, config=gateway.settings.auth)
+    app.add_middleware(DrainGuard, tracker=gateway.drain, retry_after_seconds=5)
     app.add_middleware(RequestContext)
     return app
+
+
+def _model_names(registry: Registry) -> list[str]:
+    return [name for pool in registry.pools for name in (pool.model, *pool.aliases)]
+
+
+def _pool_resolver(registry: Registry) -> PoolResolver:
+    def resolve(model: str) -> list[BackendSnapshot] | None:
+        pool = registry.pool(model)
+        return None if pool is None else registry.snapshots(pool)
+
+    return resolve
 
 
 def create_app(settings: Settings, router: Router | None = None) -> Starlette:

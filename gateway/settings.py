@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.api.auth import AuthConfig
+
 Flavor = Literal["vllm", "sglang", "llamacpp", "openai"]
 
 
@@ -35,6 +37,9 @@ class BackendConfig(_Strict):
     context_length: int | None = Field(default=None, ge=1)
     modalities: frozenset[str] | None = None
     tags: frozenset[str] = frozenset()
+    # Backends naming the same device share one accelerator: their loads add up (adaptive routing
+    # predicts at the device's load, since a request on one slows the other down).
+    device: str | None = None
 
     @field_validator("url")
     @classmethod
@@ -79,6 +84,42 @@ class Limits(_Strict):
     connections: int = Field(default=1024, ge=1, description="upstream connection pool size")
 
 
+class BreakerSettings(_Strict):
+    """Circuit breaker per backend (docs/reliability.md): only transport errors, timeouts and 5xx count."""
+
+    failure_threshold: int = Field(default=5, ge=1, description="consecutive failures that open it")
+    window_s: float = Field(default=30.0, gt=0)
+    min_window_requests: int = Field(default=20, ge=1)
+    failure_rate: float = Field(default=0.5, gt=0, le=1, description="failure share that opens it")
+    cooldown_s: float = Field(default=5.0, gt=0)
+    max_cooldown_s: float = Field(default=120.0, gt=0)
+    half_open_probes: int = Field(default=1, ge=1)
+
+
+class QueueSettings(_Strict):
+    """The bounded wait queue per pool: requests wait there for a slot or for a warming backend."""
+
+    max_queue: int = Field(default=64, ge=0, description="waiters per pool; one more gets 429")
+    timeout_s: float = Field(default=30.0, ge=0, description="a waiter's deadline; then 503")
+    retry_after_s: int = Field(default=1, ge=0)
+
+
+class ShutdownSettings(_Strict):
+    drain_timeout_s: float = Field(default=30.0, ge=0, description="SIGTERM: longest wait for streams")
+
+
+class MeasurementConfig(_Strict):
+    """Live measurement and adaptive routing (docs/measurement.md)."""
+
+    window_s: float = Field(default=600.0, gt=0, description="samples older than this expire")
+    scrape_interval_s: float = Field(default=1.0, gt=0, description="engine /metrics poll interval")
+    snapshot_interval_s: float = Field(default=60.0, gt=0, description="live-stats.json save interval")
+    min_samples: int = Field(default=5, ge=1, description="samples a cell needs before it predicts")
+    # Exploration stops once a cell has min_samples, so this only sets how soon the cost is paid.
+    explore_epsilon: float = Field(default=0.25, ge=0, le=0.5)
+    seed: int = 0
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SPARK_GATEWAY_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -92,6 +133,12 @@ class Settings(BaseSettings):
     timeouts: Timeouts = Timeouts()
     probe: ProbeConfig = ProbeConfig()
     limits: Limits = Limits()
+    state_dir: Path | None = Field(default=None, description="snapshots; default ~/.cache/spark-gateway")
+    measurement: MeasurementConfig = MeasurementConfig()
+    breaker: BreakerSettings = BreakerSettings()
+    queue: QueueSettings = QueueSettings()
+    shutdown: ShutdownSettings = ShutdownSettings()
+    auth: AuthConfig = AuthConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -38,12 +41,22 @@ class Metrics:
 
 
 class Backends:
-    def __init__(self, registry: Registry) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        details: Callable[[str], dict[str, Any]] | None = None,
+        queues: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         self.registry = registry
+        self.details = details  # extra state per backend (breaker, slots)
+        self.queues = queues  # wait queue per pool
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = {
-            "backends": [state.to_dict() for state in self.registry.backends.values()],
+        details = self.details or (lambda name: {})
+        body: dict[str, Any] = {
+            "backends": [
+                {**state.to_dict(), **details(name)} for name, state in self.registry.backends.items()
+            ],
             "pools": [
                 {
                     "model": pool.model,
@@ -55,4 +68,6 @@ class Backends:
                 for pool in self.registry.pools
             ],
         }
+        if self.queues is not None:
+            body["queues"] = self.queues()
         await send_bytes(send, 200, orjson.dumps(body), _JSON)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import orjson
@@ -28,6 +29,7 @@ from gateway.api.asgi import (
 from gateway.api.errors import send_error
 from gateway.backends.registry import Registry
 from gateway.proxy.dispatch import Dispatcher, Job
+from gateway.proxy.reliability import hopeful
 from gateway.routing.types import BackendSnapshot, Decision
 
 
@@ -39,7 +41,13 @@ class CompletionsEndpoint:
     """One OpenAI generation route ("chat" or "completions") as a pure-ASGI app."""
 
     def __init__(
-        self, endpoint: str, registry: Registry, router: Router, dispatcher: Dispatcher, max_body: int
+        self,
+        endpoint: str,
+        registry: Registry,
+        router: Router,
+        dispatcher: Dispatcher,
+        max_body: int,
+        can_wait: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
@@ -47,6 +55,7 @@ class CompletionsEndpoint:
         self.router = router
         self.dispatcher = dispatcher
         self.max_body = max_body
+        self.can_wait = can_wait  # dispatch queues for a slot or a warming backend (admission is wired)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = scope.get(STARTED) or time.perf_counter()
@@ -68,7 +77,15 @@ class CompletionsEndpoint:
             message = f"The model `{body.get('model')}` does not exist. Available models: {models}"
             await send_error(send, 404, message, "model_not_found", "model")
             return
-        decision = self.router.route(self.endpoint, body, self.registry.snapshots(pool))
+        snapshots = self.registry.snapshots(pool)
+        decision = self.router.route(self.endpoint, body, snapshots)
+        if self.can_wait and (decision.refusal is not None or len(decision.ranked) < len(snapshots)):
+            # Some backend is out for now (warming, full, down): what could serve it once back is the
+            # fallback, waited for in the pool's queue when nothing serves now or every attempt failed.
+            later = self.router.route(self.endpoint, body, hopeful(snapshots))
+            if decision.refusal is None or decision.refusal.status == 503:
+                extra = tuple(b for b in later.ranked if b not in decision.ranked)
+                decision = replace(later, ranked=decision.ranked + extra) if later.ranked else decision
         if decision.refusal is not None or not decision.ranked:
             await self._refuse(send, decision)
             return

@@ -44,11 +44,12 @@ class BackendState:
         declared = self.config.modalities
         return declared or self.discovered_modalities or frozenset({"text"})
 
-    def snapshot(self) -> BackendSnapshot:
+    def snapshot(self, breaker_open: bool = False) -> BackendSnapshot:
         return BackendSnapshot(
             name=self.config.name,
             ready=self.status is Status.READY,
             starting=self.status in (Status.STARTING, Status.UNKNOWN),
+            breaker_open=breaker_open,
             inflight=self.inflight,
             max_concurrency=self.config.max_concurrency,
             context_length=self.context_length,
@@ -78,6 +79,9 @@ class Registry:
         self.backends = {b.name: BackendState(b, since=clock()) for b in settings.backends}
         self.pools = settings.pools
         self._by_model = {name: pool for pool in settings.pools for name in (pool.model, *pool.aliases)}
+        # Whoever follows readiness (admission slots) and the breakers' verdict, set by the composition root.
+        self.listeners: list[Callable[[str, Status], None]] = []
+        self.breaker_open: Callable[[str], bool] = lambda name: False
 
     def pool(self, model: str) -> PoolConfig | None:
         return self._by_model.get(model)
@@ -86,7 +90,7 @@ class Registry:
         return [pool.model for pool in self.pools]
 
     def snapshots(self, pool: PoolConfig) -> list[BackendSnapshot]:
-        return [self.backends[name].snapshot() for name in pool.backends]
+        return [self.backends[name].snapshot(self.breaker_open(name)) for name in pool.backends]
 
     def acquire(self, name: str) -> None:
         self.backends[name].inflight += 1
@@ -102,6 +106,8 @@ class Registry:
             return False
         state.status, state.since = status, self.clock()
         state.ever_ready = state.ever_ready or status is Status.READY
+        for listener in self.listeners:
+            listener(name, status)
         return True
 
     def pool_ready(self, pool: PoolConfig) -> bool:

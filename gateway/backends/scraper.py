@@ -95,6 +95,10 @@ class MetricsScraper:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def backends(self) -> list[str]:
+        """The backends being scraped, in target order."""
+        return list(self._targets)
+
     def latest(self, backend: str) -> ScrapeResult | None:
         return self._latest.get(backend)
 

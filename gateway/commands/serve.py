@@ -17,7 +17,8 @@ from typing import Any
 import uvicorn
 import uvloop
 
-from gateway.app import create_app
+from gateway.app import build_app, build_gateway
+from gateway.serving import DrainingServer
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.sim.fleet import FleetSpec, load_fleet
 from gateway.sim.runner import TwinFleet
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: Settings, log_level: str) -> None:
-    app = create_app(settings)
+    gateway = build_gateway(settings)
+    app = build_app(gateway)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -79,7 +81,7 @@ async def _serve(settings: Settings, log_level: str) -> None:
         log_level=log_level,
         access_log=False,  # one log line per request costs more than the whole proxy path
     )
-    await uvicorn.Server(config).serve()
+    await DrainingServer(config, gateway.drain, settings.shutdown.drain_timeout_s).serve()
 
 
 async def _serve_fleet(spec: FleetSpec, listen: dict[str, Any], time_scale: float, log_level: str) -> None:
@@ -106,6 +108,7 @@ def settings_for_fleet(spec: FleetSpec, urls: dict[str, str], **listen: Any) -> 
             "name": engine.name,
             "url": urls[engine.name],
             "flavor": engine.flavor,
+            "device": engine.device,  # engines on one device share its bandwidth
             # vLLM's /v1/models does not say whether a checkpoint can see; the fleet file does.
             "modalities": ["text", "image"] if engine.vision else ["text"],
         }

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,13 +26,17 @@ import orjson
 
 from gateway.api.asgi import Receive, Send, send_bytes
 from gateway.api.errors import error_body, error_frame
-from gateway.backends.registry import Registry
+from gateway.backends.registry import Registry, Status
+from gateway.proxy.admission import Refused, Slot
+from gateway.proxy.breaker import Outcome, Ticket, outcome_of
+from gateway.proxy.reliability import ERROR_SOURCE, Reliability, refusal_headers
 from gateway.proxy.stream import SseMeter
 from gateway.proxy.upstream import UpstreamError, UpstreamResponse, UpstreamTimeout, UpstreamTransport
 from gateway.settings import PoolConfig
 
 log = logging.getLogger("gateway.dispatch")
 
+_NO_BACKEND_LEFT = "no_backend_left"
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away before the answer"
 
 
@@ -83,6 +87,7 @@ class RequestRecord:
     status: int = 0
     attempts: int = 0
     inflight_at_dispatch: int = 0  # the backend's in-flight count including this request
+    device_inflight_at_dispatch: int = 0  # the same over every backend sharing its device
     ttft: float | None = None
     itl: list[float] = field(default_factory=list)
     tpot: float | None = None
@@ -92,6 +97,9 @@ class RequestRecord:
     overhead: float = 0.0  # the gateway's own time before the upstream request went out
     error: str | None = None
     failures: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) per failed attempt
+    # The parsed request, for recorders that relate usage to the prompt (the router's token estimator);
+    # a reference, read after the answer went out, so the request path pays nothing for it.
+    body: Mapping[str, Any] | None = field(default=None, repr=False)
 
 
 Observer = Callable[[RequestRecord], None]
@@ -104,6 +112,7 @@ class _Failed(Exception):
         super().__init__(why)
         self.status = status
         self.answer = answer  # a 5xx body and content type, passed through if it is the last one
+        self.outcome: Outcome = "failure"  # for the breaker: a busy 503 or a 429 is back-pressure
 
 
 class Dispatcher:
@@ -113,14 +122,18 @@ class Dispatcher:
         transport: UpstreamTransport,
         max_attempts: int,
         observers: Sequence[Observer] = (),
+        reliability: Reliability | None = None,
     ) -> None:
         self.registry = registry
         self.transport = transport
         self.max_attempts = max_attempts
         self.observers = list(observers)
+        self.reliability = reliability  # breakers and admission slots; None: neither is enforced
 
     async def run(self, job: Job, receive: Receive, send: Send) -> RequestRecord:
-        record = RequestRecord(job.request_id, job.pool.model, job.endpoint, job.profile, job.stream)
+        record = RequestRecord(
+            job.request_id, job.pool.model, job.endpoint, job.profile, job.stream, body=job.body
+        )
         task = asyncio.current_task()
         assert task is not None
         gone = asyncio.Event()
@@ -141,7 +154,16 @@ class Dispatcher:
 
     async def _attempts(self, job: Job, record: RequestRecord, send: Send, finished: list[bool]) -> None:
         last: _Failed | None = None
-        for backend in job.ranked[: self.max_attempts]:
+        tried: list[str] = []
+        while len(tried) < self.max_attempts:
+            slot = await self._slot(job, tried)
+            if isinstance(slot, Refused):
+                if last is None or slot.code != _NO_BACKEND_LEFT:
+                    await self._refuse(job, record, send, finished, slot)
+                    return
+                break  # no other backend can take it: answer with the last failure
+            backend = slot.backend if isinstance(slot, Slot) else slot
+            tried.append(backend)
             record.backend, record.attempts = backend, record.attempts + 1
             try:
                 await self._attempt(job, backend, record, send, finished)
@@ -152,19 +174,75 @@ class Dispatcher:
                     "request %s: %s failed before the first byte: %s", job.request_id, backend, failed
                 )
                 last = failed
+            finally:
+                if isinstance(slot, Slot):
+                    slot.release()
         assert last is not None, "dispatch needs at least one candidate"
         record.status, record.error = last.status, "; ".join(f"{b}: {why}" for b, why in record.failures)
         finished.append(True)
+        content_type = last.answer[1] if last.answer is not None else "application/json"
+        headers = self._headers(job, record, content_type)
+        if last.status in (429, 503):
+            headers.append((b"retry-after", b"1"))  # busy or failing everywhere: worth retrying soon
         if last.answer is not None:
-            body, content_type = last.answer
-            await send_bytes(send, last.status, body, self._headers(job, record, content_type))
+            await send_bytes(send, last.status, last.answer[0], headers)
         else:
             body = error_body(last.status, f"no backend answered: {record.error}", "upstream_unavailable")
-            await send_bytes(send, last.status, body, self._headers(job, record, "application/json"))
+            await send_bytes(send, last.status, body, headers)
+
+    async def _slot(self, job: Job, tried: list[str]) -> Slot | Refused | str:
+        """Where the next attempt goes: an admission slot (waiting in the pool's queue when every
+        acceptable backend is full or still warming up), or without admission the next ranked name."""
+        remaining = [b for b in job.ranked if b not in tried]
+        if not remaining:
+            return Refused(502, _NO_BACKEND_LEFT, "no other backend can take this request", 1)
+        if self.reliability is None:
+            return remaining[0]
+        if tried:
+            # Fail over to a backend that serves now; when none does, wait (bounded) for one to come back.
+            ready = [b for b in remaining if self.registry.backends[b].status is Status.READY]
+            remaining = ready or remaining
+        return await self.reliability.admission.acquire(job.pool.model, remaining)
+
+    async def _refuse(
+        self, job: Job, record: RequestRecord, send: Send, finished: list[bool], refused: Refused
+    ) -> None:
+        record.status, record.error = refused.status, refused.code
+        finished.append(True)
+        body = error_body(refused.status, refused.message, refused.code)
+        headers = [(b"content-type", b"application/json"), *refusal_headers(refused)]
+        headers.append((b"x-gateway-profile", job.profile.encode()))
+        await send_bytes(send, refused.status, body, headers)
+
+    def _ticket(self, backend: str) -> Ticket | None:
+        """The breaker's permission; _Failed when it is open (or its half-open probe is taken)."""
+        if self.reliability is None or backend not in self.reliability.breakers:
+            return None
+        ticket = self.reliability.breakers[backend].allow()
+        if ticket is None:
+            raise _Failed("circuit breaker open", 503)
+        return ticket
 
     async def _attempt(
         self, job: Job, backend: str, record: RequestRecord, send: Send, finished: list[bool]
     ) -> None:
+        ticket = self._ticket(backend)
+        outcome: Outcome = "failure"
+        try:
+            outcome = await self._exchange(job, backend, record, send, finished)
+        except asyncio.CancelledError:
+            outcome = "client_error"  # the client went away: says nothing about the backend
+            raise
+        except _Failed as failed:
+            outcome = failed.outcome
+            raise
+        finally:
+            if ticket is not None and self.reliability is not None:
+                self.reliability.breakers[backend].record(ticket, outcome)
+
+    async def _exchange(
+        self, job: Job, backend: str, record: RequestRecord, send: Send, finished: list[bool]
+    ) -> Outcome:
         state = self.registry.backends[backend]
         headers = {"content-type": "application/json"}
         if state.config.api_key:
@@ -172,6 +250,7 @@ class Dispatcher:
         body = job.body_for(backend)
         self.registry.acquire(backend)
         record.inflight_at_dispatch = state.inflight
+        record.device_inflight_at_dispatch = _device_load(self.registry, backend)
         if record.attempts == 1:
             record.overhead = time.perf_counter() - job.started
         response: UpstreamResponse | None = None
@@ -180,13 +259,20 @@ class Dispatcher:
                 response = await self.transport.send(state.config.url + job.path, headers, body)
             except UpstreamError as exc:
                 raise _Failed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
-            if response.status >= 500:
-                raise _Failed(f"HTTP {response.status}", response.status, await _read_quietly(response))
+            if response.status >= 500 or response.status == 429:
+                # 5xx: the engine broke; 429 or a busy 503: back-pressure. Either way another may serve.
+                answer = await _read_quietly(response)
+                text = answer[0].decode("utf-8", "replace") if answer else None
+                failed = _Failed(f"HTTP {response.status}", response.status, answer)
+                failed.outcome = outcome_of(response.status, text)
+                raise failed
             record.status = response.status
             if job.stream and response.status == 200 and "event-stream" in response.content_type:
                 await self._stream(job, record, response, send, finished)
             else:
                 await self._whole(job, record, response, send, finished)
+            broke = response.status < 300 and record.error is not None  # mid-stream failure
+            return "failure" if broke else outcome_of(response.status, None)
         finally:
             if response is not None:
                 response.close()
@@ -230,12 +316,15 @@ class Dispatcher:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     def _headers(self, job: Job, record: RequestRecord, content_type: str) -> list[tuple[bytes, bytes]]:
-        return [
+        headers = [
             (b"content-type", content_type.encode("latin-1")),
             (b"x-gateway-backend", (record.backend or "").encode()),
             (b"x-gateway-profile", job.profile.encode()),
             (b"x-gateway-overhead-ms", f"{record.overhead * 1000:.3f}".encode()),
         ]
+        if record.status >= 500:
+            headers.append((ERROR_SOURCE, b"upstream"))  # a backend failed or answered it, not the gateway
+        return headers
 
     def _finish(self, record: RequestRecord) -> None:
         for observer in self.observers:
@@ -243,6 +332,14 @@ class Dispatcher:
                 observer(record)
             except Exception:  # a broken recorder must not break the request path
                 log.exception("request observer %r failed", observer)
+
+
+def _device_load(registry: Registry, backend: str) -> int:
+    state = registry.backends[backend]
+    device = state.config.device
+    if device is None:
+        return state.inflight
+    return sum(s.inflight for s in registry.backends.values() if s.config.device == device)
 
 
 async def _watch_disconnect(

@@ -123,6 +123,14 @@ class AiohttpTransport:
             raise UpstreamConnectError(f"{type(exc).__name__}: {exc}") from exc
         return _AiohttpResponse(response)
 
+    async def get_text(self, url: str) -> str:
+        """GET a small text document (engine /metrics) through the same session and connection pool;
+        the caller bounds the time. Raises on a non-200 answer."""
+        async with self._client().get(url) as response:
+            if response.status != 200:
+                raise UpstreamError(f"HTTP {response.status} from {url}")
+            return await response.text()
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -1,0 +1,278 @@
+"""`spark-gateway bench soak [--streams N] [--requests N] [--json]`: many concurrent streams through the
+gateway while engines are killed, hung and restarted at random; nothing may hang or be lost.
+
+Loopback only. A twin fleet runs in this process; the gateway runs as a `spark-gateway serve` subprocess
+so its resident memory is measured cleanly (after a warm-up batch, and at the end). At most all but one
+engine are faulty at any time, so every request is servable, and each one ends as exactly one of:
+
+- completed: 200 and the stream ends with `data: [DONE]` and no error frame;
+- error (clear): a refusal with Retry-After (429/503), or a stream that started and then carried an
+  error frame because its backend died under it (it cannot be replayed: tokens were already sent);
+- lost: anything else (a 5xx without Retry-After, a dropped connection, a stream cut without [DONE]);
+- hung: no end within the client's watchdog.
+Bounded by the request count and by `--max-seconds` (requests not started by then are not sent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from gateway.sim.engine import SimEngine
+from gateway.sim.fleet import EngineSpec, FleetSpec
+from gateway.sim.perf import DeviceSpec
+from gateway.sim.runner import TwinFleet
+
+MODEL = "soak-model"
+WATCHDOG_S = 60.0  # a request still open after this long is hung (gateway timeouts are far shorter)
+
+
+@dataclass(frozen=True, slots=True)
+class SoakResult:
+    requests: int
+    completed: int
+    errors: int
+    hung: int
+    lost: int
+    rss_start_mb: float
+    rss_end_mb: float
+    streams: int
+    faults: int
+    seconds: float
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "soak", help="concurrent streams through the gateway while engines crash, hang and restart"
+    )
+    parser.add_argument("--streams", type=int, default=1000, help="concurrent streams (default 1000)")
+    parser.add_argument("--requests", type=int, default=4000, help="requests in all (default 4000)")
+    parser.add_argument("--engines", type=int, default=4, help="twin engines (default 4)")
+    parser.add_argument("--max-seconds", type=float, default=90.0, help="stop sending after this long")
+    parser.add_argument("--time-scale", type=float, default=50.0, help="twin simulated s per real s")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help='print {"results": [...]}')
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = asyncio.run(soak(args))
+    if args.json:
+        fields = ("requests", "completed", "errors", "hung", "lost", "rss_start_mb", "rss_end_mb")
+        print(json.dumps({"results": [{k: asdict(result)[k] for k in fields}]}))
+    else:
+        for key, value in asdict(result).items():
+            print(f"{key:>14}: {value}")
+    return 0 if result.hung == 0 and result.lost == 0 else 1
+
+
+def _fleet(engines: int) -> FleetSpec:
+    names = [f"e{i}" for i in range(engines)]
+    return FleetSpec(
+        name="soak",
+        devices={name: DeviceSpec() for name in names},
+        # 100 simulated seconds of warm-up: a restart is a few real seconds of "starting".
+        engines=[
+            EngineSpec(name=n, served_model_name=MODEL, device=n, warmup_s=100.0, seed=i)
+            for i, n in enumerate(names)
+        ],
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _gateway_config(urls: dict[str, str], port: int) -> dict[str, Any]:
+    return {
+        "host": "127.0.0.1",
+        "port": port,
+        "backends": [{"name": n, "url": u, "flavor": "vllm"} for n, u in urls.items()],
+        "pools": [{"model": MODEL, "backends": list(urls)}],
+        # A loaded loopback host answers probes and connects late: short timeouts would call it dead.
+        "probe": {"interval_s": 0.5, "starting_interval_s": 0.25, "timeout_s": 3.0},
+        # The idle gap also covers a stream's wait in an engine's own queue before its first token.
+        "timeouts": {"connect_s": 3.0, "first_byte_s": 10.0, "idle_s": 20.0},
+        "limits": {"max_attempts": len(urls), "connections": 4096},
+        "queue": {"max_queue": 4096, "timeout_s": 30.0},
+        "breaker": {"cooldown_s": 2.0},
+        "shutdown": {"drain_timeout_s": 5.0},
+    }
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+async def _wait_ready(session: aiohttp.ClientSession, url: str, timeout: float = 30.0) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                async with session.get(url + "/ready") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+
+
+async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random) -> str:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "tell me a story " * rng.randint(1, 20)}],
+        "max_tokens": rng.randint(8, 48),
+        "stream": True,
+    }
+    try:
+        async with asyncio.timeout(WATCHDOG_S):
+            async with session.post(url + "/v1/chat/completions", json=body) as response:
+                raw = await response.read()
+                if response.status in (429, 503) and "retry-after" in response.headers:
+                    return "errors"
+                if response.status != 200:
+                    return "lost"
+                if b'"error"' in raw:
+                    return "errors"  # the backend died mid-stream: an error frame, then the end
+                return "completed" if raw.rstrip().endswith(b"data: [DONE]") else "lost"
+    except TimeoutError:
+        return "hung"
+    except aiohttp.ClientError:
+        return "lost"
+
+
+class _Chaos:
+    """Kills, hangs and restarts engines at random, never leaving fewer than one healthy."""
+
+    def __init__(self, fleet: TwinFleet, rng: random.Random) -> None:
+        self.fleet = fleet
+        self.rng = rng
+        self.faults = 0
+        self._recoveries: set[asyncio.Task[None]] = set()
+
+    def _healthy(self) -> list[SimEngine]:
+        return [self.fleet.engine(n) for n in self.fleet.names if self.fleet.engine(n).phase == "ready"]
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.rng.uniform(0.5, 1.5))
+            healthy = self._healthy()
+            if len(healthy) < 2:
+                continue
+            engine = self.rng.choice(healthy)
+            action = self.rng.choice(["crash", "hang", "restart"])
+            self.faults += 1
+            if action == "restart":
+                await engine.restart()
+                continue
+            if action == "crash":
+                await engine.crash()
+            else:
+                engine.hang()
+            task = asyncio.create_task(self._recover(engine))
+            self._recoveries.add(task)
+            task.add_done_callback(self._recoveries.discard)
+
+    async def _recover(self, engine: SimEngine) -> None:
+        await asyncio.sleep(self.rng.uniform(1.0, 3.0))
+        await engine.restart()
+
+    async def stop(self) -> None:
+        for task in list(self._recoveries):
+            task.cancel()
+        await asyncio.gather(*self._recoveries, return_exceptions=True)
+
+
+async def soak(args: argparse.Namespace) -> SoakResult:
+    rng = random.Random(args.seed)
+    async with TwinFleet(_fleet(args.engines), time_scale=args.time_scale, ephemeral_ports=True) as fleet:
+        await fleet.wait_ready(30)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+            config = Path(tmp) / "gateway.yaml"
+            urls = {name: fleet.url(name) for name in fleet.names}
+            config.write_text(yaml.safe_dump(_gateway_config(urls, port)))
+            command = [
+                sys.executable,
+                "-m",
+                "gateway",
+                "serve",
+                "--config",
+                str(config),
+                "--log-level",
+                "error",
+            ]
+            process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            try:
+                return await _drive(args, fleet, url, process.pid, rng)
+            finally:
+                process.terminate()
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+
+
+async def _drive(
+    args: argparse.Namespace, fleet: TwinFleet, url: str, pid: int, rng: random.Random
+) -> SoakResult:
+    connector = aiohttp.TCPConnector(limit=args.streams)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await _wait_ready(session, url)
+        warm = await asyncio.gather(*(_one(session, url, rng) for _ in range(min(200, args.streams))))
+        if Counter(warm)["completed"] != len(warm):
+            raise RuntimeError(f"warm-up requests failed before any fault: {Counter(warm)}")
+        rss_start = _rss_mb(pid)
+        chaos = _Chaos(fleet, rng)
+        chaos_task = asyncio.create_task(chaos.run())
+        started = time.monotonic()
+        outcomes: Counter[str] = Counter()
+        gate = asyncio.Semaphore(args.streams)
+
+        async def guarded() -> None:
+            async with gate:
+                if time.monotonic() - started < args.max_seconds:
+                    outcomes[await _one(session, url, rng)] += 1
+
+        try:
+            await asyncio.gather(*(guarded() for _ in range(args.requests)))
+        finally:
+            chaos_task.cancel()
+            await asyncio.gather(chaos_task, return_exceptions=True)
+            await chaos.stop()
+        seconds = time.monotonic() - started
+        rss_end = _rss_mb(pid)
+    return SoakResult(
+        requests=sum(outcomes.values()),
+        completed=outcomes["completed"],
+        errors=outcomes["errors"],
+        hung=outcomes["hung"],
+        lost=outcomes["lost"],
+        rss_start_mb=rss_start,
+        rss_end_mb=rss_end,
+        streams=args.streams,
+        faults=chaos.faults,
+        seconds=round(seconds, 1),
+    )

@@ -1,0 +1,113 @@
+"""The reliability state of a running gateway: one circuit breaker per backend and the admission slots and
+wait queues, made from the settings by the composition root and shared by ingress, dispatch, the admin
+routes and the metrics.
+
+- Readiness reaches admission through `on_status` (a registry listener): only ready backends give slots,
+  and a backend that becomes ready serves the requests waiting for it at once.
+- `hopeful` turns the router's "nothing available now" into "what could serve once a backend has warmed
+  up or has room": starting backends count as ready and in-flight counts are ignored, so ingress can wait
+  in the bounded queue for those backends instead of refusing a request that could still be served.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.backends.registry import Status
+from gateway.proxy.admission import Admission, AdmissionConfig, Refused
+from gateway.proxy.breaker import BreakerConfig, Breakers, StateName
+from gateway.routing.types import BackendSnapshot
+from gateway.settings import Settings
+
+# Prometheus value of each breaker state: 0 closed, 1 half-open, 2 open.
+BREAKER_LEVEL: dict[StateName, float] = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
+
+ERROR_SOURCE = b"x-gateway-error-source"  # "gateway" (the gateway refused) or "upstream" (a backend failed)
+
+
+class Reliability:
+    """Breakers and admission for every configured backend and pool."""
+
+    def __init__(self, settings: Settings) -> None:
+        b, q = settings.breaker, settings.queue
+        self.breakers = Breakers(
+            [backend.name for backend in settings.backends],
+            BreakerConfig(
+                failure_threshold=b.failure_threshold,
+                window_seconds=b.window_s,
+                min_window_requests=b.min_window_requests,
+                failure_rate_threshold=b.failure_rate,
+                cooldown_seconds=b.cooldown_s,
+                max_cooldown_seconds=b.max_cooldown_s,
+                half_open_probes=b.half_open_probes,
+            ),
+        )
+        self.admission = Admission(AdmissionConfig(q.max_queue, q.timeout_s, q.retry_after_s))
+        self.admission.configure({backend.name: backend.max_concurrency for backend in settings.backends})
+
+    def on_status(self, backend: str, status: Status) -> None:
+        """Registry listener: the prober's verdict opens or closes the backend's slots."""
+        self.admission.set_ready(backend, status is Status.READY)
+
+    def breaker_open(self, backend: str) -> bool:
+        return backend in self.breakers and self.breakers.is_open(backend)
+
+    def details(self, backend: str) -> dict[str, Any]:
+        """The breaker and admission state of one backend, for /gateway/backends."""
+        out: dict[str, Any] = {}
+        if backend in self.breakers:
+            out["breaker"] = dataclasses.asdict(self.breakers[backend].snapshot())
+        load = self.admission.backends().get(backend)
+        if load is not None:
+            out["slots"] = {"inflight": load.inflight, "limit": load.limit, "ready": load.ready}
+        return out
+
+    def queues(self) -> dict[str, dict[str, int]]:
+        return {
+            pool: {"waiting": q.waiting, "max_queue": q.max_queue}
+            for pool, q in self.admission.queues().items()
+        }
+
+
+def hopeful(snapshots: Sequence[BackendSnapshot]) -> list[BackendSnapshot]:
+    """The pool as it will be once warming backends are ready and busy ones have room."""
+    return [
+        dataclasses.replace(s, ready=s.ready or s.starting, starting=False, inflight=0) for s in snapshots
+    ]
+
+
+def refusal_headers(refused: Refused) -> list[tuple[bytes, bytes]]:
+    return [(b"retry-after", str(refused.retry_after).encode()), (ERROR_SOURCE, b"gateway")]
+
+
+class ReliabilityCollector(Collector):
+    """Breaker states and queue depths, read at scrape time so the request path pays nothing."""
+
+    def __init__(self, reliability: Reliability) -> None:
+        self.reliability = reliability
+
+    def collect(self) -> Iterator[Metric]:
+        state = GaugeMetricFamily(
+            "gateway_backend_breaker_state",
+            "Circuit breaker per backend: 0 closed, 1 half-open, 2 open",
+            labels=["backend"],
+        )
+        opened = CounterMetricFamily(
+            "gateway_backend_breaker_opened", "Times the backend's breaker opened", labels=["backend"]
+        )
+        for name, snap in self.reliability.breakers.snapshot().items():
+            state.add_metric([name], BREAKER_LEVEL[snap.state])
+            opened.add_metric([name], snap.times_opened)
+        waiting = GaugeMetricFamily(
+            "gateway_queue_waiting", "Requests waiting for a backend slot per pool", labels=["pool"]
+        )
+        for pool, queue in self.reliability.admission.queues().items():
+            waiting.add_metric([pool], queue.waiting)
+        yield state
+        yield opened
+        yield waiting

@@ -1,0 +1,59 @@
+"""uvicorn with a graceful drain: the first SIGTERM (or SIGINT) stops taking requests (503 shutting_down
+with Retry-After from DrainGuard), lets requests in flight, long streams included, finish up to the drain
+deadline, then tells uvicorn to exit. A second signal exits at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from types import FrameType
+
+import uvicorn
+
+from gateway.shutdown import DrainResult, DrainTracker, drain_then
+
+log = logging.getLogger("gateway.serve")
+
+# Once the drain is over, what is left is cut off: uvicorn need not wait again.
+_AFTER_DRAIN_S = 1
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, tracker: DrainTracker, drain_timeout_s: float) -> None:
+        if config.timeout_graceful_shutdown is None:
+            config.timeout_graceful_shutdown = _AFTER_DRAIN_S
+        super().__init__(config)
+        self.tracker = tracker
+        self.drain_timeout_s = drain_timeout_s
+        self.drain_result: DrainResult | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.tracker.draining or self._loop is None:
+            super().handle_exit(sig, frame)  # a second signal: exit now
+            return
+        self.tracker.begin_drain()  # from here on new requests get 503
+        # Signal handlers run between bytecodes of the loop's thread: hand the work to the loop.
+        self._loop.call_soon_threadsafe(self._start_drain, sig)
+
+    def _start_drain(self, sig: int) -> None:
+        log.info("draining: %d request(s) in flight, up to %gs", self.tracker.inflight, self.drain_timeout_s)
+        self._drain_task = asyncio.create_task(self._drain(sig))
+
+    async def _drain(self, sig: int) -> None:
+        def close() -> None:
+            uvicorn.Server.handle_exit(self, sig, None)
+
+        self.drain_result = await drain_then(self.tracker, self.drain_timeout_s, close)
+        result = self.drain_result
+        log.info(
+            "drained in %.1fs: %s",
+            result.waited_seconds,
+            "all done" if result.drained else f"{result.remaining} cut off",
+        )
