@@ -1,10 +1,22 @@
 """The adaptive objective scorer: rank backends by the predicted outcome of this request, from live samples.
 
 For every eligible backend, routing/predict.py predicts the profile's objective at the load the request
-would join (c = in-flight + 1, counted from dispatch, so a burst of arrivals sees each earlier one and the
-router does not herd): TTFT for `ttft`, TTFT + requested output tokens x TPOT for `e2e`, 1 / TPOT for
-`tokens_per_second`. The window's error rate turns it into the cost per *successful* request (a backend that
-fails half its requests takes twice as long per answer). Scores are then normalised across candidates:
+would join (c = its own in-flight + 1, counted from dispatch, so a burst of arrivals sees each earlier one
+and the router does not herd; and whether another backend of its device is busy): TTFT for `ttft`, TTFT +
+requested output tokens x TPOT for `e2e`, 1 / TPOT for `tokens_per_second`. A request also slows down the
+requests already in flight on its device: its own backend's batch grows, and a neighbour that had the device
+to itself now shares the memory bandwidth. That extra time (predict.device_harm) is part of the cost:
+
+    cost = own objective + harm                       ttft, e2e (seconds)
+    tok/s = out / (out * TPOT + harm)                 tokens_per_second (1 / TPOT when harm is 0)
+    harm = sum over the device's backends j with n_j in flight of n_j * min(r_j, D / TPOT_j') * ΔTPOT_j
+           (D: this request's predicted e2e; r_j: half j's mean output; ΔTPOT_j = TPOT_j' - TPOT_j, j's TPOT
+           after this request joins minus before)
+
+so a request on the idle engine of a shared device wins only when its own gain outweighs what it costs the
+busy one. Devices come from `backends[].device`; a backend without one is a device of its own.
+The window's error rate turns the value into the cost per *successful* request (a backend that fails half
+its requests takes twice as long per answer). Scores are then normalised across candidates:
 
     gap_i   = how much worse than the best, relative: v_i / best - 1 (lower is better) or best / v_i - 1
     norm_i  = 1 - gap_i / max(max gap, tolerance)        1 for the best; 0 only for a gap >= tolerance
@@ -16,9 +28,10 @@ scores *are* the prior, so a fresh gateway routes like the static policy and mea
 cell. `tolerance` keeps noise from flipping decisions: a 5 % gap moves the score by 0.15, not by 1.
 
 Exploration (bounded): while some eligible backend has fewer than min_samples samples for the profile, it
-gets the request with probability epsilon (predict.pick_exploration; seeded RNG, so decisions replay). Once
-every cell holds min_samples, exploration stops until a cell ages out, so its total cost is at most
-min_samples requests per backend x profile per window.
+gets the request with probability epsilon (predict.pick_exploration; seeded RNG, so decisions replay). A cell
+counts as max(its samples, the explorations sent to it within the window): requests still in flight count,
+so a burst of arrivals cannot explore more than min_samples times before the first answer is recorded. The
+total cost is at most min_samples requests per backend x profile per window.
 
 `verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
 (cached fits, engine hints) and satisfies the router's `Scorer` protocol under the name "objective".
@@ -27,6 +40,7 @@ min_samples requests per backend x profile per window.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +49,7 @@ from gateway.backends.scraper import MetricsScraper
 from gateway.routing.context import RouteContext
 from gateway.routing.predict import (
     CellModel,
+    DeviceLoad,
     Exploration,
     ModelCache,
     PredictConfig,
@@ -136,14 +151,14 @@ def _why(predictions: Sequence[Prediction], values: Mapping[str, float], gaps: M
     return "; ".join(parts)
 
 
-def load_at_dispatch(backends: Sequence[BackendSnapshot], devices: Mapping[str, str]) -> dict[str, int]:
-    """In-flight requests each backend's next request would join: its own, plus those of the backends
-    sharing its device (the same quantity samples record as their concurrency)."""
-    per_device: dict[str, int] = {}
+def device_members(backends: Sequence[BackendSnapshot], devices: Mapping[str, str]) -> dict[str, list[str]]:
+    """Per backend, the backends sharing its device, itself included (a backend without a device: itself).
+    Only the backends the router hands the scorer are seen: one filtered out for this request is not."""
+    by_device: dict[str, list[str]] = {}
     for b in backends:
         if b.name in devices:
-            per_device[devices[b.name]] = per_device.get(devices[b.name], 0) + b.inflight
-    return {b.name: per_device[devices[b.name]] if b.name in devices else b.inflight for b in backends}
+            by_device.setdefault(devices[b.name], []).append(b.name)
+    return {b.name: by_device[devices[b.name]] if b.name in devices else [b.name] for b in backends}
 
 
 class AdaptiveScorer:
@@ -168,6 +183,7 @@ class AdaptiveScorer:
         self.cache = cache or ModelCache()
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
         self._counts: dict[tuple[str, str], tuple[int, int, int]] = {}  # key -> (version, count, errors)
+        self._explored: dict[tuple[str, str], deque[float]] = {}  # key -> when explorations were sent
         self._predict = PredictConfig(min_samples=self.config.min_samples)
         self._prior = PreferenceScorer()
 
@@ -178,14 +194,16 @@ class AdaptiveScorer:
         now = self.recorder.now()
         profile = ctx.profile.name
         cells = {b.name: self._cell(b.name, profile, now) for b in backends}
-        loads = load_at_dispatch(backends, self.devices)
-        predictions = [self._prediction(ctx, b, cells[b.name].model, loads[b.name]) for b in backends]
+        device = self._device_loads(backends, now)
+        predictions = [self._prediction(ctx, b, cells[b.name].model, device[b.name]) for b in backends]
         explored = None
         if self.config.epsilon > 0:
-            counts = {name: cell.count for name, cell in cells.items()}
+            counts = {n: max(cell.count, self._explorations(n, profile, now)) for n, cell in cells.items()}
             explored = pick_exploration(
                 counts, self.rng, min_samples=self.config.min_samples, epsilon=self.config.epsilon
             )
+            if explored is not None:
+                self._remember_exploration(explored.backend, profile, now)
         errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = self._prior.score(ctx, backends)
         return verdict(predictions, errors, prior, explored, self.config.tolerance)
@@ -201,6 +219,7 @@ class AdaptiveScorer:
             devices=self.devices,
         )
         preview._counts = self._counts
+        preview._explored = self._explored
         return preview
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
@@ -220,6 +239,9 @@ class AdaptiveScorer:
                     "samples": p.samples,
                     "ttft_s": p.ttft,
                     "tpot_s": p.tpot,
+                    "device_busy": p.device_busy,
+                    "own_value": p.own_value,
+                    "harm_s": p.harm,
                     "value": p.value,
                     "effective_value": decided.costs.get(p.backend),
                     "prior": decided.prior.get(p.backend),
@@ -231,21 +253,49 @@ class AdaptiveScorer:
         }
 
     def _prediction(
-        self, ctx: RouteContext, backend: BackendSnapshot, model: CellModel, load: int
+        self, ctx: RouteContext, backend: BackendSnapshot, model: CellModel, device: Sequence[DeviceLoad]
     ) -> Prediction:
         hint = None
         if self.scraper is not None:
             result = self.scraper.latest(backend.name)
             hint = hint_from_scrape(result, self.scraper.now(), self.scraper.stale_after_s)
+        me = next(d for d in device if d.backend == backend.name)
         return predict_with_model(
             backend.name,
             model,
-            inflight=load,
+            inflight=backend.inflight,
             objective=ctx.profile.objective,
             max_output_tokens=ctx.features.max_output_tokens,
             hint=hint,
             config=self._predict,
+            device_busy=me.device_busy,
+            device=device,
         )
+
+    def _device_loads(self, backends: Sequence[BackendSnapshot], now: float) -> dict[str, list[DeviceLoad]]:
+        """Per backend, its device's backends with their load and all-profile model (cached per backend)."""
+        inflight = {b.name: b.inflight for b in backends}
+        members = device_members(backends, self.devices)
+        loads: dict[str, DeviceLoad] = {}
+        for b in backends:
+            others_busy = any(inflight[o] > 0 for o in members[b.name] if o != b.name)
+            model = self.cache.backend(self.recorder, b.name, now)
+            loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model)
+        return {b.name: [loads[o] for o in members[b.name]] for b in backends}
+
+    def _explorations(self, backend: str, profile: str, now: float) -> int:
+        sent = self._explored.get((backend, profile))
+        if not sent:
+            return 0
+        while sent and sent[0] < now - self.recorder.max_age_s:
+            sent.popleft()
+        return len(sent)
+
+    def _remember_exploration(self, backend: str, profile: str, now: float) -> None:
+        key = (backend, profile)
+        if key not in self._explored and len(self._explored) >= self.recorder.max_cells:
+            del self._explored[next(iter(self._explored))]
+        self._explored.setdefault(key, deque(maxlen=self.config.min_samples)).append(now)
 
     def _cell(self, backend: str, profile: str, now: float) -> CellView:
         key = (backend, profile)

@@ -3,14 +3,27 @@
 Pure functions on plain data (no I/O, no clocks): the router passes the cell's samples, the backend's
 in-flight count and, optionally, the latest engine /metrics scrape. Formulas (docs/measurement.md):
 
-- c = inflight + 1 (the load this request would join).
-- TTFT(c) and TPOT(c): ordinary least squares of the samples' TTFT and TPOT against their concurrency at
-  dispatch, evaluated at c. The slope is clamped at >= 0 (more load never makes a request faster; a negative
-  slope is noise), c is clamped up to the lowest measured level (no extrapolation towards idle), and the
-  result is never below the fastest value measured. One concurrency level measured: the mean. Fewer than
-  `min_samples` successful samples: no prediction (None).
+- c = inflight + 1 (the backend's own load this request would join); z = 1 when another backend sharing
+  its device has requests in flight, else 0 (a busy neighbour's weights are read every step whatever its
+  batch, so on a memory-bound device it is *whether* it is busy that slows this backend, not how busy).
+- TTFT(c, z) and TPOT(c, z): ordinary least squares of the samples' TTFT and TPOT against
+  y = a + b * c + g * z (c: concurrency at dispatch; z: `device_share`, the share of the sample's life a
+  neighbour was busy), evaluated at (c, z). b and g
+  are clamped at >= 0 (more load never makes a request faster; a negative coefficient is noise), c is
+  clamped up to the lowest measured level (no extrapolation towards idle), and the result is never below
+  the fastest value measured. A regressor that does not vary in the samples is left out (one concurrency
+  level and no neighbour measured: the mean). Fewer than `min_samples` successful samples: no prediction.
 - Objective: ttft -> TTFT; e2e -> TTFT + max_output_tokens * TPOT; tokens_per_second -> 1 / TPOT (higher
-  is better).
+  is better); each with the harm below added as time (see `_objective_value`).
+- Harm to the requests already in flight on the device (`device_harm`): the request lasts
+  D = TTFT + out * TPOT; for every backend j of the device with n_j > 0 requests in flight,
+
+      harm = sum_j n_j * min(r_j, D / TPOT_j') * (TPOT_j' - TPOT_j)
+
+  with TPOT_j and TPOT_j' its TPOT before and after this request joins (its own backend: c -> c + 1; a
+  neighbour: z 0 -> 1, nothing when it already had a busy neighbour), fitted over all of j's samples
+  (any profile), and r_j = half j's mean output (an in-flight request is, on average, half done): each of
+  its requests decodes min(r_j, D / TPOT_j') tokens while this one runs, each TPOT_j' - TPOT_j slower.
 - Engine hint: fresh scrape with requests waiting -> TTFT += waiting * mean e2e / max(running, 1) (a slot
   frees about every mean_e2e / running seconds). Stale (older than the scraper's stale limit) or missing
   data is ignored, explicitly, and the "why" says so.
@@ -69,9 +82,12 @@ class Prediction:
     samples: int
     ttft: float | None  # seconds
     tpot: float | None  # seconds per output token, decode only
-    value: float | None  # the objective; None: not enough data
+    value: float | None  # the objective, harm included; None: not enough data
     higher_is_better: bool
     why: str
+    own_value: float | None = None  # the objective of this request alone
+    harm: float = 0.0  # seconds this request adds to the requests in flight on its device
+    device_busy: bool = False  # another backend on its device had requests in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +96,11 @@ class Fit:
     slope: float
     low_c: float  # lowest measured concurrency
     floor: float  # fastest measured value
+    contention: float = 0.0  # added while another backend on the device is busy
 
-    def at(self, concurrency: float) -> float:
-        return max(self.intercept + self.slope * max(concurrency, self.low_c), self.floor)
+    def at(self, concurrency: float, device_busy: bool = False) -> float:
+        value = self.intercept + self.slope * max(concurrency, self.low_c)
+        return max(value + (self.contention if device_busy else 0.0), self.floor)
 
 
 def fit_linear(points: Sequence[tuple[float, float]]) -> Fit | None:
@@ -100,6 +118,39 @@ def fit_linear(points: Sequence[tuple[float, float]]) -> Fit | None:
     return Fit(mean_y - slope * mean_c, slope, low_c, min(y for _, y in points))
 
 
+def fit_load(points: Sequence[tuple[float, float, float]]) -> Fit | None:
+    """Least-squares y = a + b*c + g*z over (c, z, y) points with b, g >= 0 (z: 1 = device neighbour busy).
+
+    Normal equations on centred sums; a regressor that does not vary is left out, and one whose
+    coefficient comes out negative is dropped and the other refitted alone.
+    """
+    if not points:
+        return None
+    n = len(points)
+    mc = sum(c for c, _, _ in points) / n
+    mz = sum(z for _, z, _ in points) / n
+    my = sum(y for _, _, y in points) / n
+    scc = sum((c - mc) ** 2 for c, _, _ in points)
+    szz = sum((z - mz) ** 2 for _, z, _ in points)
+    scz = sum((c - mc) * (z - mz) for c, z, _ in points)
+    scy = sum((c - mc) * (y - my) for c, _, y in points)
+    szy = sum((z - mz) * (y - my) for _, z, y in points)
+    b = g = 0.0
+    det = scc * szz - scz * scz
+    if scc > 0 and szz > 0 and det > 1e-12 * scc * szz:
+        b, g = (szz * scy - scz * szy) / det, (scc * szy - scz * scy) / det
+        if b < 0:
+            b, g = 0.0, max(0.0, szy / szz)
+        elif g < 0:
+            b, g = max(0.0, scy / scc), 0.0
+    elif scc > 0:  # z constant, or z and c move together: c alone
+        b = max(0.0, scy / scc)
+    elif szz > 0:
+        g = max(0.0, szy / szz)
+    low_c = min(c for c, _, _ in points)
+    return Fit(my - b * mc - g * mz, b, low_c, min(y for _, _, y in points), g)
+
+
 def _queue_penalty(hint: EngineHint | None, mean_e2e: float, config: PredictConfig) -> tuple[float, str]:
     if hint is None:
         return 0.0, "no engine metrics: gateway-side only"
@@ -115,15 +166,52 @@ def _queue_penalty(hint: EngineHint | None, mean_e2e: float, config: PredictConf
 
 
 def _objective_value(
-    objective: Objective, ttft: float | None, tpot: float | None, output_tokens: float
+    objective: Objective, ttft: float | None, tpot: float | None, output_tokens: float, harm: float = 0.0
 ) -> float | None:
+    """ttft: TTFT + harm; e2e: TTFT + out * TPOT + harm; tokens_per_second: out / (out * TPOT + harm),
+    the tokens this request gets per second of decode time it costs the device (1 / TPOT without harm)."""
     if objective == "ttft":
-        return ttft
+        return None if ttft is None else ttft + harm
     if tpot is None or tpot <= 0:
         return None
     if objective == "tokens_per_second":
-        return 1.0 / tpot
-    return None if ttft is None else ttft + output_tokens * tpot
+        return output_tokens / (output_tokens * tpot + harm)
+    return None if ttft is None else ttft + output_tokens * tpot + harm
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceLoad:
+    """One backend of the candidate's device (the candidate itself included), as the router sees it now."""
+
+    backend: str
+    inflight: int
+    device_busy: bool  # some *other* backend of the device has requests in flight
+    model: CellModel  # fitted over all of this backend's samples, any profile
+
+
+def device_harm(
+    candidate: str, duration: float, device: Sequence[DeviceLoad], min_samples: int = 5
+) -> dict[str, float]:
+    """Seconds a request on `candidate` lasting `duration` adds to each backend's in-flight requests.
+
+        harm_j = n_j * min(r_j, D / TPOT_j') * (TPOT_j' - TPOT_j)      (formula in the module docstring)
+
+    Backends without in-flight requests or without a TPOT fit over min_samples samples add nothing.
+    """
+    harm: dict[str, float] = {}
+    for j in device:
+        fit = j.model.tpot
+        if j.inflight <= 0 or fit is None or j.model.samples < min_samples:
+            continue
+        if j.backend == candidate:  # its own batch grows by one
+            before, after = fit.at(j.inflight, j.device_busy), fit.at(j.inflight + 1, j.device_busy)
+        else:  # a neighbour that was alone on the device no longer is
+            before, after = fit.at(j.inflight, j.device_busy), fit.at(j.inflight, True)
+        if after <= before:
+            continue
+        remaining = j.model.mean_output_tokens / 2  # an in-flight request is half done, on average
+        harm[j.backend] = j.inflight * min(remaining, duration / after) * (after - before)
+    return harm
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,18 +230,22 @@ def build_model(samples: Sequence[Sample]) -> CellModel:
     ok = [s for s in samples if not s.error and s.ttft is not None]
     if not ok:
         return CellModel(0, None, None, 0.0, 0.0, "-")
-    ttft_points = [(float(s.concurrency), s.ttft) for s in ok if s.ttft is not None]
-    tpot_points = [(float(s.concurrency), t) for s in ok if (t := s.tpot) is not None]
+    ttft_points = [(float(s.concurrency), _busy(s), s.ttft) for s in ok if s.ttft is not None]
+    tpot_points = [(float(s.concurrency), _busy(s), t) for s in ok if (t := s.tpot) is not None]
     levels = sorted({s.concurrency for s in ok})
     span = str(levels[0]) if len(levels) == 1 else f"{levels[0]}..{levels[-1]}"
     return CellModel(
         samples=len(ok),
-        ttft=fit_linear(ttft_points),
-        tpot=fit_linear(tpot_points),
+        ttft=fit_load(ttft_points),
+        tpot=fit_load(tpot_points),
         mean_e2e=sum(s.e2e for s in ok) / len(ok),
         mean_output_tokens=sum(s.output_tokens for s in ok) / len(ok),
         levels=span,
     )
+
+
+def _busy(sample: Sample) -> float:
+    return sample.device_share
 
 
 def predict(
@@ -188,7 +280,11 @@ def predict_with_model(
     max_output_tokens: int | None = None,
     hint: EngineHint | None = None,
     config: PredictConfig | None = None,
+    device_busy: bool = False,
+    device: Sequence[DeviceLoad] = (),
 ) -> Prediction:
+    """`device_busy`: another backend of the device has requests in flight; `device`: every backend of the
+    device (this one included) whose in-flight requests this one would slow down (empty: not counted)."""
     cfg = config or PredictConfig()
     c = inflight + 1
     higher = objective == "tokens_per_second"
@@ -196,13 +292,24 @@ def predict_with_model(
         why = f"{model.samples} successful samples (< {cfg.min_samples}): no prediction"
         return Prediction(backend, objective, c, model.samples, None, None, None, higher, why)
     penalty, hint_why = _queue_penalty(hint, model.mean_e2e, cfg)
-    ttft = model.ttft.at(c) + penalty if model.ttft else None
-    tpot = model.tpot.at(c) if model.tpot else None
+    ttft = model.ttft.at(c, device_busy) + penalty if model.ttft else None
+    tpot = model.tpot.at(c, device_busy) if model.tpot else None
     out = max_output_tokens or round(model.mean_output_tokens) or cfg.default_output_tokens
-    value = _objective_value(objective, ttft, tpot, out)
+    harms: dict[str, float] = {}
+    if tpot is not None and device:
+        harms = device_harm(backend, (ttft or 0.0) + out * tpot, device, cfg.min_samples)
+    harm = sum(harms.values())
+    own = _objective_value(objective, ttft, tpot, out)
+    value = _objective_value(objective, ttft, tpot, out, harm)
+    neighbour = "device busy" if device_busy else "device otherwise idle"
     measured = f"{model.samples} samples at c {model.levels}"
-    why = f"{measured}, predicted at c={c}: {_describe(ttft, tpot)}; {hint_why}"
-    return Prediction(backend, objective, c, model.samples, ttft, tpot, value, higher, why)
+    why = f"{measured}, predicted at c={c}, {neighbour}: {_describe(ttft, tpot)}; {hint_why}"
+    if harms:
+        parts = ", ".join(f"{name} +{seconds:.3g} s" for name, seconds in harms.items())
+        why += f"; slows the device's in-flight requests by {harm:.3g} s ({parts})"
+    return Prediction(
+        backend, objective, c, model.samples, ttft, tpot, value, higher, why, own, harm, device_busy
+    )
 
 
 class ModelCache:
@@ -215,6 +322,7 @@ class ModelCache:
     def __init__(self, max_entries: int = 512) -> None:
         self._max = max_entries
         self._models: dict[tuple[str, str], tuple[int, CellModel]] = {}
+        self._backends: dict[str, tuple[tuple[int, ...], CellModel]] = {}
 
     def get(self, recorder: LiveRecorder, backend: str, profile: str, now: float | None = None) -> CellModel:
         key = (backend, profile)
@@ -226,6 +334,18 @@ class ModelCache:
         if key not in self._models and len(self._models) >= self._max:
             del self._models[next(iter(self._models))]  # oldest insertion first: cheap and bounded
         self._models[key] = (version, model)
+        return model
+
+    def backend(self, recorder: LiveRecorder, backend: str, now: float | None = None) -> CellModel:
+        """The model over all of `backend`'s samples (every profile): how load and its device slow it."""
+        version = recorder.backend_version(backend, now)
+        cached = self._backends.get(backend)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        model = build_model(recorder.backend_samples(backend, now))
+        if backend not in self._backends and len(self._backends) >= self._max:
+            del self._backends[next(iter(self._backends))]
+        self._backends[backend] = (version, model)
         return model
 
 

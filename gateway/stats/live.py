@@ -32,6 +32,9 @@ class Sample:
     concurrency: int  # the backend's in-flight count at dispatch, this request included
     error: bool = False
     mean_itl: float | None = None  # mean gap between streamed token chunks; None when not streamed
+    # Share of the request's life (0..1) during which another backend of its device had requests in
+    # flight: their weights are read every step too, so they slow this request whatever its own load.
+    device_share: float = 0.0
 
     @property
     def tpot(self) -> float | None:
@@ -190,6 +193,18 @@ class LiveRecorder:
     def samples(self, backend: str, profile: str, now: float | None = None) -> tuple[Sample, ...]:
         return tuple(sample for _, sample in self.entries(backend, profile, now))
 
+    def backend_version(self, backend: str, now: float | None = None) -> tuple[int, ...]:
+        """The versions of every live cell of `backend` (any profile): changes whenever one of them does."""
+        at = self._now(now)
+        return tuple(self.version(b, p, at) for b, p in list(self._cells) if b == backend)
+
+    def backend_samples(self, backend: str, now: float | None = None) -> tuple[Sample, ...]:
+        """Every live sample of `backend`, all profiles together (what the device does to it is not
+        specific to a profile)."""
+        at = self._now(now)
+        keys = [key for key in self._cells if key[0] == backend]
+        return tuple(sample for b, p in keys for sample in self.samples(b, p, at))
+
     def summary(self, backend: str, profile: str, now: float | None = None) -> CellSummary:
         at = self._now(now)
         return summarize(self.entries(backend, profile, at), at)
@@ -236,3 +251,46 @@ class LiveRecorder:
             while window and window[0][0] < horizon:
                 window.popleft()
             self._touch(cell)
+
+
+class DeviceTime:
+    """Per backend, the seconds during which another backend of its device had requests in flight.
+
+    The dispatcher reports every in-flight change; reading a backend's total when a request starts and when
+    it ends gives how long that request shared the device (Sample.device_share). A backend without a device
+    never shares. O(backends) per change, no task, no lock (the event loop is the only caller).
+    """
+
+    def __init__(self, clock: Clock = time.perf_counter) -> None:
+        self._clock = clock
+        self._since = clock()
+        self._device: dict[str, str] = {}
+        self._inflight: dict[str, int] = {}
+        self._shared: dict[str, float] = {}
+
+    def change(self, backend: str, device: str | None, delta: int) -> None:
+        """`backend` (on `device`, None: its own) gained (+1) or lost (-1) a request in flight."""
+        self._advance()
+        if device is None:
+            return
+        self._device[backend] = device
+        self._inflight[backend] = max(0, self._inflight.get(backend, 0) + delta)
+
+    def shared_seconds(self, backend: str) -> float:
+        self._advance()
+        return self._shared.get(backend, 0.0)
+
+    def _advance(self) -> None:
+        now = self._clock()
+        elapsed, self._since = now - self._since, now
+        if elapsed <= 0:
+            return
+        busy: dict[str, int] = {}
+        for backend, n in self._inflight.items():
+            if n > 0:
+                device = self._device[backend]
+                busy[device] = busy.get(device, 0) + 1
+        for backend, device in self._device.items():
+            own = 1 if self._inflight.get(backend, 0) > 0 else 0
+            if busy.get(device, 0) - own > 0:
+                self._shared[backend] = self._shared.get(backend, 0.0) + elapsed

@@ -51,6 +51,9 @@ class Completion(Protocol):
     def device_inflight_at_dispatch(self) -> int: ...
 
     @property
+    def device_shared_s(self) -> float: ...
+
+    @property
     def ttft(self) -> float | None: ...
 
     @property
@@ -88,11 +91,17 @@ def record_sample(record: Completion) -> Sample | None:
         ttft=ttft,
         output_tokens=record.output_tokens or 0,
         prompt_tokens=record.prompt_tokens or 0,
-        # On a shared device the load that slows a request is the device's, not one engine's.
-        concurrency=max(1, record.device_inflight_at_dispatch, record.inflight_at_dispatch),
+        concurrency=max(1, record.inflight_at_dispatch),
+        # On a shared device the other engines' requests slow this one too: kept apart from its own
+        # batch, so the fit can tell the two effects apart (routing/predict.py).
+        device_share=_share(record.device_shared_s, record.e2e - record.overhead),
         error=failed,
         mean_itl=sum(gaps) / len(gaps) if gaps else None,
     )
+
+
+def _share(shared_s: float, span_s: float) -> float:
+    return min(1.0, max(0.0, shared_s / span_s)) if span_s > 0 else 0.0
 
 
 def default_state_dir() -> Path:

@@ -69,6 +69,7 @@ def _sample(raw: Any) -> tuple[float, Sample] | None:
             concurrency=int(raw["concurrency"]),
             error=bool(raw.get("error", False)),
             mean_itl=None if itl is None else float(itl),
+            device_share=float(raw.get("device_share", 0.0)),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

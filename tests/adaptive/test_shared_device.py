@@ -1,0 +1,112 @@
+"""Adaptive routing on backends that share one device: what a request does to the requests in flight."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gateway.policy.load import parse_policy
+from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
+from gateway.routing.predict import DeviceLoad, build_model, device_harm, fit_load
+from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.types import BackendSnapshot
+from gateway.stats.live import DeviceTime, LiveRecorder, Sample
+
+POLICY = """
+version: 1
+routing: adaptive
+profiles:
+  - name: default
+    prefer: [x, y]
+    objective: tokens_per_second
+"""
+
+
+def twin_tpot(own: int, shared: float, base: float) -> float:
+    """A memory-bound engine: TPOT grows slowly with its batch, 1.8x while the other engine is busy."""
+    return (base + 0.0004 * own) * (1.0 + 0.8 * shared)
+
+
+def samples(base: float, n: int = 40) -> list[Sample]:
+    out = []
+    for i in range(n):
+        own, shared = 1 + i % 16, float(i % 3 == 0)
+        tpot = twin_tpot(own, shared, base)
+        out.append(Sample(e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=2048,
+                          concurrency=own, device_share=shared))
+    return out
+
+
+def test_the_fit_separates_the_backends_own_batch_from_a_busy_neighbour() -> None:
+    points = [(float(c), z, 0.02 + 0.001 * c + 0.015 * z) for c in range(1, 9) for z in (0.0, 1.0)]
+    fit = fit_load(points)
+    assert fit is not None
+    assert fit.slope == pytest.approx(0.001) and fit.contention == pytest.approx(0.015)
+    assert fit.at(4, device_busy=True) - fit.at(4) == pytest.approx(0.015)
+
+
+def test_a_neighbour_that_never_varied_adds_no_contention_term() -> None:
+    fit = fit_load([(float(c), 1.0, 0.02 + 0.001 * c) for c in range(1, 9)])
+    assert fit is not None and fit.contention == 0.0 and fit.slope == pytest.approx(0.001)
+
+
+def test_a_request_on_the_idle_engine_is_charged_for_slowing_the_busy_one() -> None:
+    busy = build_model(samples(0.020))
+    device = [DeviceLoad("x", 14, False, busy), DeviceLoad("y", 0, False, build_model(samples(0.018)))]
+    harm = device_harm("y", duration=50.0, device=device)
+    # 14 requests, each 128 tokens still to go (half of 256), each token slower by the fitted contention
+    # term: the linear fit sees the 0.8 x TPOT slow-down at the samples' mean batch (8.5).
+    assert harm["x"] == pytest.approx(14 * 128 * 0.8 * (0.020 + 0.0004 * 8.5), rel=0.1)
+    short = device_harm("y", duration=1.0, device=device)  # over before they are: fewer tokens slowed
+    assert short["x"] < harm["x"] / 4
+    own = device_harm("x", duration=50.0, device=device)  # joining the busy engine: its batch grows by one
+    assert own["x"] < harm["x"] / 20
+
+
+def test_stress_traffic_stays_on_the_busy_engine_of_a_shared_device() -> None:
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    for sample in samples(0.020):
+        recorder.record("x", "default", sample)
+    for sample in samples(0.018):  # y is faster per request, at any load
+        recorder.record("y", "default", sample)
+    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.0), rng=random.Random(0),
+                            devices={"x": "spark", "y": "spark"})
+    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+    loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
+    assert router.route("completions", body, loaded).ranked[0] == "x"
+    apart = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.0), rng=random.Random(0))
+    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=apart)
+    assert router.route("completions", body, loaded).ranked[0] == "y"  # separate devices: spread
+    explained = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer).explain(
+        "completions", body, loaded
+    )["scoring"]["adaptive"]["predictions"]
+    y = next(p for p in explained if p["backend"] == "y")
+    assert y["harm_s"] > 0 and y["own_value"] > y["value"]
+
+
+def test_exploration_counts_requests_still_in_flight() -> None:
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.5), rng=random.Random(3))
+    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+    body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+    # 100 arrivals before any answer is recorded: y may be explored at most min_samples times.
+    chosen = [router.route("completions", body, [BackendSnapshot("x"), BackendSnapshot("y")]).ranked[0]
+              for _ in range(100)]
+    assert chosen.count("y") <= 5 and chosen.count("x") >= 95 - 5
+
+
+def test_device_time_counts_only_the_time_a_neighbour_was_busy() -> None:
+    now = [0.0]
+    clock = DeviceTime(clock=lambda: now[0])
+    clock.change("x", "spark", +1)
+    now[0] = 1.0
+    clock.change("y", "spark", +1)  # from here x shares the device
+    now[0] = 3.0
+    clock.change("y", "spark", -1)
+    now[0] = 4.0
+    clock.change("z", None, +1)  # a backend without a device shares nothing
+    now[0] = 5.0  # y counts x's time even while idle: only its own requests' spans are ever read
+    shared = [clock.shared_seconds(name) for name in ("x", "y", "z")]
+    assert shared == [2.0, 4.0, 0.0]
