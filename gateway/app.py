@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from gateway.api.admin import Backends, Health, Metrics, Ready
-from gateway.api.asgi import RequestContext
+from gateway.api.asgi import DirectRoutes, RequestContext
 from gateway.api.auth import ApiKeyAuth
 from gateway.api.limits import BodySizeLimit
 from gateway.api.openai import CompletionsEndpoint, ModelsEndpoint, Router
@@ -156,7 +156,9 @@ def build_app(gateway: Gateway) -> Starlette:
         routes.append(Route("/gateway/stats", stats, methods=["GET"]))
     if gateway.policy is not None and isinstance(gateway.router, PolicyRouter):
         routes += policy_admin_routes(gateway.router, gateway.policy, _pool_resolver(gateway.registry))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    # The two generation routes skip Starlette's routing and exception layers (same middleware).
+    direct = {"/v1/chat/completions": completions["chat"], "/v1/completions": completions["completions"]}
+    app = DirectRoutes(routes=routes, lifespan=lifespan, direct=direct)
     app.state.gateway = gateway
     # Outermost last: request context -> drain guard -> API keys -> body limit -> routes, so an
     # unauthenticated client never makes the gateway read its body.

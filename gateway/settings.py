@@ -66,8 +66,9 @@ class Timeouts(_Strict):
     """Upstream timeouts in seconds. First byte is long on purpose: a 128k-token prefill takes minutes."""
 
     connect_s: float = Field(default=5.0, gt=0)
+    # From sending until the first content token: covers the engine's own queue and the prefill.
     first_byte_s: float = Field(default=600.0, gt=0)
-    idle_s: float = Field(default=120.0, gt=0)
+    idle_s: float = Field(default=120.0, gt=0, description="longest gap between chunks after the first")
 
 
 class ProbeConfig(_Strict):
@@ -76,6 +77,10 @@ class ProbeConfig(_Strict):
     timeout_s: float = Field(default=5.0, gt=0)
     # Engines compile CUDA graphs for 5-8 minutes and refuse connections meanwhile: that is "starting".
     startup_grace_s: float = Field(default=600.0, ge=0)
+    # Passive health: a probe timeout is no proof of death for a backend that answered a request this
+    # recently, and a serving backend is called dead only after this many probe timeouts in a row.
+    passive_window_s: float = Field(default=15.0, ge=0)
+    timeouts_to_dead: int = Field(default=3, ge=1)
 
 
 class Limits(_Strict):

@@ -75,9 +75,16 @@ class ApiKeyAuth:
         self._client = [bytes.fromhex(h) for h in config.client_key_hashes]
         self._admin = bytes.fromhex(config.admin_key_hash) if config.admin_key_hash else None
         self._metrics = config.metrics
+        # No key configured: every path is open and no presented key can match, so every request is
+        # anonymous; skip the header scan and hashing on the request path.
+        self._keyless = not self._client and self._admin is None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._keyless:
+            scope[AUTH_ROLE] = "anonymous"
             await self.app(scope, receive, send)
             return
         presented = _bearer(scope)

@@ -7,6 +7,9 @@ Status rules (see backends/flavors.py for what each flavor's answers mean):
 - no answer (connection refused, timeout) -> starting while it has never been ready and the grace runs,
   dead otherwise (an engine that was serving and stops answering has failed);
 - FAILING (a 5xx after ready, a 404 on the probe path) -> dead.
+Passive health: a probe that times out proves nothing on a loaded host. A ready backend stays ready
+through probe timeouts while it answered a request within `passive_window_s`, and is called dead only
+after `timeouts_to_dead` timeouts in a row; a refused connection is still proof at once.
 Probes never generate tokens on vLLM and llama.cpp (/health is free there). SGLang's /health runs a
 1-token generation, so the ready-state interval is kept long.
 """
@@ -34,6 +37,7 @@ class Prober:
         self.config = config
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._timeouts: dict[str, int] = {}  # probe timeouts in a row per backend
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._loop(name)) for name in self.registry.backends]
@@ -59,9 +63,13 @@ class Prober:
     async def probe_once(self, name: str) -> Status:
         state = self.registry.backends[name]
         flavor = FLAVORS[state.config.flavor]
+        in_a_row = self._timeouts.pop(name, 0)
         try:
             status, body = await self._get(state, flavor.health_path)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except TimeoutError:
+            self._timeouts[name] = in_a_row + 1
+            new, detail = self._timed_out(state, in_a_row + 1), "probe timed out"
+        except (aiohttp.ClientError, OSError) as exc:
             new, detail = self._unreachable(state), f"no answer: {type(exc).__name__}"
         else:
             verdict = flavor.judge(status, body, state.ever_ready)
@@ -78,6 +86,15 @@ class Prober:
         if verdict is Verdict.LOADING:
             return Status.STARTING if self._within_grace(state) else Status.DEAD
         return Status.DEAD
+
+    def _timed_out(self, state: BackendState, in_a_row: int) -> Status:
+        """A slow probe: a ready backend that is still serving, or has not missed enough probes in a
+        row, stays ready; anything else is judged like no answer."""
+        if state.status is Status.READY:
+            serving = self.registry.served_within(state.config.name, self.config.passive_window_s)
+            if serving or in_a_row < self.config.timeouts_to_dead:
+                return Status.READY
+        return self._unreachable(state)
 
     def _unreachable(self, state: BackendState) -> Status:
         if state.ever_ready and state.status is not Status.STARTING:

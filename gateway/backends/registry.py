@@ -1,7 +1,8 @@
 """State per backend (status, in-flight count, capabilities) and the model pools that group them.
 
 The registry is the single owner of this state: the prober writes status and capabilities, dispatch
-counts in-flight requests, and the router reads plain snapshots.
+counts in-flight requests and reports answered ones (passive health), and the router reads plain
+snapshots.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class BackendState:
     discovered_context: int | None = None
     discovered_modalities: frozenset[str] | None = None
     served_models: tuple[str, ...] = field(default_factory=tuple)
+    last_success: float | None = None  # clock time of the last request it answered successfully
 
     @property
     def context_length(self) -> int | None:
@@ -44,11 +46,12 @@ class BackendState:
         declared = self.config.modalities
         return declared or self.discovered_modalities or frozenset({"text"})
 
-    def snapshot(self, breaker_open: bool = False) -> BackendSnapshot:
+    def snapshot(self, breaker_open: bool = False, restarting: bool = False) -> BackendSnapshot:
         return BackendSnapshot(
             name=self.config.name,
             ready=self.status is Status.READY,
-            starting=self.status in (Status.STARTING, Status.UNKNOWN),
+            # A restarting backend is warming up again: worth waiting for, like one starting.
+            starting=restarting or self.status in (Status.STARTING, Status.UNKNOWN),
             breaker_open=breaker_open,
             inflight=self.inflight,
             max_concurrency=self.config.max_concurrency,
@@ -78,6 +81,7 @@ class Registry:
         self.clock = clock
         self.backends = {b.name: BackendState(b, since=clock()) for b in settings.backends}
         self.pools = settings.pools
+        self.startup_grace_s = settings.probe.startup_grace_s
         self._by_model = {name: pool for pool in settings.pools for name in (pool.model, *pool.aliases)}
         # Whoever follows readiness (admission slots) and the breakers' verdict, set by the composition root.
         self.listeners: list[Callable[[str, Status], None]] = []
@@ -90,13 +94,47 @@ class Registry:
         return [pool.model for pool in self.pools]
 
     def snapshots(self, pool: PoolConfig) -> list[BackendSnapshot]:
-        return [self.backends[name].snapshot(self.breaker_open(name)) for name in pool.backends]
+        return [
+            self.backends[name].snapshot(self.breaker_open(name), self.may_come_back(name))
+            for name in pool.backends
+        ]
 
     def acquire(self, name: str) -> None:
         self.backends[name].inflight += 1
 
     def release(self, name: str) -> None:
         self.backends[name].inflight -= 1
+
+    def note_success(self, name: str) -> None:
+        """Passive health: the backend just answered a request. A backend that serves is alive, so a
+        verdict of death from probes that timed out under load is taken back at once."""
+        state = self.backends[name]
+        state.last_success = self.clock()
+        if state.status is Status.DEAD and state.ever_ready:
+            self.set_status(name, Status.READY, "answering requests")
+
+    def note_down(self, name: str, detail: str) -> None:
+        """Passive health: a connection to the backend was refused, so nothing listens there now. It is
+        down until the prober sees it answer again (its restart, if it restarts)."""
+        state = self.backends[name]
+        if state.status is Status.READY:
+            self.set_status(name, Status.DEAD, detail)
+
+    def served_within(self, name: str, seconds: float) -> bool:
+        last = self.backends[name].last_success
+        return last is not None and self.clock() - last <= seconds
+
+    def may_come_back(self, name: str) -> bool:
+        """Not serving now, but worth waiting for: warming up, or down after serving (a crash or restart)
+        for less than the startup grace a restart may take."""
+        state = self.backends[name]
+        if state.status in (Status.STARTING, Status.UNKNOWN):
+            return True
+        return (
+            state.status is Status.DEAD
+            and state.ever_ready
+            and self.clock() - state.since <= self.startup_grace_s
+        )
 
     def set_status(self, name: str, status: Status, detail: str = "") -> bool:
         """Record a probe verdict; True if the status changed."""

@@ -6,6 +6,11 @@ engine's batching model would be), the gateway on one worker in front of it, and
 load generator. At each concurrency level, N client loops stream back to back, first directly to the
 engine, then through the gateway. Reported per level: added TTFT p50/p99 (time to the first body bytes,
 via minus direct) and the stream throughput ratio (SSE frames received per second, via / direct).
+
+All three share the machine's cores, so the table also gives each process's CPU use over the measured
+window (share of one core, from /proc) and the idle share of the whole machine: a gateway near 100% is
+CPU-bound, a load generator near 100% or a machine with no idle time means the figures say more about
+the box than about the gateway. The JSON output keeps to the four headline fields.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -44,6 +51,14 @@ class Level:
     via_ttft_p50_ms: float
     direct_frames_per_s: float
     via_frames_per_s: float
+    via_cpu: dict[str, float]  # share of one core per process through the gateway, and machine idle
+    gateway_overhead_p50_ms: float  # the gateway's own time before the upstream call (its header)
+
+
+@dataclass(frozen=True)
+class Pids:
+    engine: int
+    gateway: int
 
 
 def register(subparsers: Any) -> None:
@@ -74,13 +89,17 @@ def render(results: list[Level], shape: EngineShape, transport: str) -> str:
         f"engine: fake, {shape.tokens} tokens/stream, TTFT {shape.ttft_s * 1000:g} ms, "
         f"ITL {shape.itl_s * 1000:g} ms; gateway: 1 worker, {transport} upstream",
         "streams  added TTFT p50  added TTFT p99  throughput via/direct"
-        "  (TTFT p50 direct / via, SSE frames/s direct / via)",
+        "  (TTFT p50 direct / via, SSE frames/s direct / via; via CPU % of a core: gateway, engine,"
+        " load generator; machine idle %; gateway's own pre-upstream time p50)",
     ]
     for r in results:
+        cpu = r.via_cpu
         lines.append(
             f"{r.concurrency:>7}  {r.added_ttft_p50_ms:>11.2f} ms  {r.added_ttft_p99_ms:>11.2f} ms  "
             f"{r.throughput_ratio:>20.3f}  ({r.direct_ttft_p50_ms:.2f} / {r.via_ttft_p50_ms:.2f} ms, "
-            f"{r.direct_frames_per_s:.0f} / {r.via_frames_per_s:.0f})"
+            f"{r.direct_frames_per_s:.0f} / {r.via_frames_per_s:.0f}; "
+            f"{cpu['gateway']:.0f} / {cpu['engine']:.0f} / {cpu['loadgen']:.0f} %, idle {cpu['idle']:.0f} %; "
+            f"{r.gateway_overhead_p50_ms:.2f} ms)"
         )
     return "\n".join(lines)
 
@@ -94,7 +113,8 @@ def measure(levels: list[int], shape: EngineShape, seconds: float, transport: st
     gateway.start()
     try:
         stream_s = shape.ttft_s + shape.tokens * shape.itl_s
-        return uvloop.run(_measure_all(levels, engine_port, gateway_port, seconds, stream_s))
+        pids = Pids(engine.pid or 0, gateway.pid or 0)
+        return uvloop.run(_measure_all(levels, engine_port, gateway_port, seconds, stream_s, pids))
     finally:
         for process in (gateway, engine):
             process.terminate()
@@ -102,15 +122,15 @@ def measure(levels: list[int], shape: EngineShape, seconds: float, transport: st
 
 
 async def _measure_all(
-    levels: list[int], engine_port: int, gateway_port: int, seconds: float, stream_s: float
+    levels: list[int], engine_port: int, gateway_port: int, seconds: float, stream_s: float, pids: Pids
 ) -> list[Level]:
     direct_url, via_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}"
     await _wait(direct_url + "/health")
     await _wait(via_url + "/ready")
     results = []
     for concurrency in levels:
-        direct = await _load(direct_url, concurrency, seconds, stream_s)
-        via = await _load(via_url, concurrency, seconds, stream_s)
+        direct = await _load(direct_url, concurrency, seconds, stream_s, pids)
+        via = await _load(via_url, concurrency, seconds, stream_s, pids)
         results.append(_compare(concurrency, direct, via))
     return results
 
@@ -119,6 +139,8 @@ async def _measure_all(
 class _Run:
     ttfts: list[float]
     frames_per_s: float
+    cpu: dict[str, float]
+    overheads: list[float]  # x-gateway-overhead-ms of each measured answer (via the gateway only)
 
 
 def _compare(concurrency: int, direct: _Run, via: _Run) -> Level:
@@ -135,15 +157,18 @@ def _compare(concurrency: int, direct: _Run, via: _Run) -> Level:
         via_ttft_p50_ms=round(pct(via.ttfts, 0.5), 3),
         direct_frames_per_s=round(direct.frames_per_s, 1),
         via_frames_per_s=round(via.frames_per_s, 1),
+        via_cpu=via.cpu,
+        gateway_overhead_p50_ms=round(pct(via.overheads, 0.5) / 1000, 3) if via.overheads else 0.0,
     )
 
 
-async def _load(url: str, concurrency: int, seconds: float, stream_s: float) -> _Run:
+async def _load(url: str, concurrency: int, seconds: float, stream_s: float, pids: Pids) -> _Run:
     """`concurrency` client loops streaming back to back. Their starts are spread over one stream's
     duration, as independent users would be; started all at once they would stay in lockstep and every
     first token would queue behind a burst of `concurrency` simultaneous arrivals."""
     body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True})
     ttfts: list[float] = []
+    overheads: list[float] = []
     frames = [0]
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -164,9 +189,56 @@ async def _load(url: str, concurrency: int, seconds: float, stream_s: float) -> 
                             frames[0] += chunk.count(b"\n\n")
                 if measure_from <= sent and first is not None and first < stop_at:
                     ttfts.append(first - sent)
+                    overhead = response.headers.get("x-gateway-overhead-ms")
+                    if overhead is not None:
+                        overheads.append(float(overhead))
 
+        async def sample_cpu() -> dict[str, float]:
+            await asyncio.sleep(measure_from - time.perf_counter())
+            before = _cpu_readings(pids)
+            await asyncio.sleep(stop_at - time.perf_counter())
+            return _cpu_share(before, _cpu_readings(pids))
+
+        cpu = asyncio.ensure_future(sample_cpu())
         await asyncio.gather(*(client(stream_s * i / concurrency) for i in range(concurrency)))
-    return _Run(ttfts, frames[0] / seconds)
+    return _Run(ttfts, frames[0] / seconds, await cpu, overheads)
+
+
+def _cpu_readings(pids: Pids) -> dict[str, float]:
+    """CPU seconds so far of each process, the machine's idle seconds (all cores) and the wall clock."""
+    return {
+        "gateway": _process_cpu(pids.gateway),
+        "engine": _process_cpu(pids.engine),
+        "loadgen": time.process_time(),
+        "idle": _machine_idle(),
+        "wall": time.perf_counter(),
+    }
+
+
+def _cpu_share(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Percent of one core per process over the window; idle as percent of the whole machine."""
+    wall = after["wall"] - before["wall"]
+    share = {k: round(100 * (after[k] - before[k]) / wall, 1) for k in ("gateway", "engine", "loadgen")}
+    share["idle"] = round(100 * (after["idle"] - before["idle"]) / wall / (os.cpu_count() or 1), 1)
+    return share
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc; 0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_idle() -> float:
+    """Idle + iowait seconds summed over all cores (Linux /proc/stat; 0 where there is none)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return 0.0
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _wait(url: str, timeout: float = 30.0) -> None:

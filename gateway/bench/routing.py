@@ -2,7 +2,7 @@
 
 The twin fleet and the gateway run in this process; the trace (routing_trace.TRACE: seed 003's A, B, C, D
 shapes in phases and mixed, plus image requests and over-length prompts) is replayed through the gateway's
-ASGI app once per strategy, each on a fresh fleet and a fresh gateway:
+ASGI app once per strategy and round (`--repeats`), each on a fresh fleet and a fresh gateway:
 
     round_robin     blind rotation over the pool (no capability or context filter)
     least_inflight  blind, fewest requests in flight
@@ -12,18 +12,22 @@ ASGI app once per strategy, each on a fresh fleet and a fresh gateway:
 
 Reported in simulated time: goodput (output tokens of successful requests / makespan), TTFT p50 and p95,
 failures (servable requests that did not succeed), refused (requests no backend of the fleet can take:
-over-length prompts, images on a fleet without vision) and percent of the oracle's goodput.
+over-length prompts, images on a fleet without vision) and percent of the oracle's goodput; median and
+spread over the rounds (routing_report.py). The event loop's lateness is sampled during every replay: the
+twin, the gateway and the client share it, so a loop late by a sizeable share of a request's latency
+(too high a --time-scale for the machine) measures the loop rather than the fleet, and the bench says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from tqdm import tqdm
 from gateway.api.openai import Router
 from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
+from gateway.bench.routing_report import StrategyResult, render, summarize
 from gateway.bench.routing_trace import (
     CLASSES,
     TRACE,
@@ -45,7 +50,6 @@ from gateway.bench.routing_trace import (
     Stream,
     post,
     request_body,
-    trace_requests,
 )
 from gateway.commands.serve import settings_for_fleet
 from gateway.settings import Settings
@@ -53,21 +57,9 @@ from gateway.sim.fleet import FleetSpec, load_fleet
 from gateway.sim.runner import TwinFleet
 from gateway.stats.live import percentile
 
-DEFAULT_TIME_SCALE = 100.0
+DEFAULT_TIME_SCALE = 25.0  # x100 left the loop ~0.9 s (simulated) late at p95 on 2 shared cores
+DEFAULT_REPEATS = 3
 EXHAUSTIVE_LIMIT = 8  # oracle: every assignment up to this many, else one pass of coordinate descent
-
-
-@dataclass(frozen=True)
-class StrategyResult:
-    policy: str
-    goodput_tok_s: float
-    ttft_p50_ms: float | None
-    ttft_p95_ms: float | None
-    failures: int
-    refused: int
-    requests: int
-    duration_s: float
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,26 +70,40 @@ class Strategy:
     detail: str = ""
 
 
-def summarize(
-    name: str, outcomes: Sequence[Outcome], duration_s: float, unservable: set[str], detail: str = ""
-) -> StrategyResult:
-    """Simulated-time figures of one replay (outcomes and duration already scaled)."""
-    ok = [o for o in outcomes if o.ok]
-    refused = [o for o in outcomes if not o.ok and o.cls in unservable]
-    ttfts = [o.ttft for o in ok if o.ttft is not None]
-    tokens = sum(o.output_tokens for o in ok)
-    p50, p95 = percentile(ttfts, 50), percentile(ttfts, 95)
-    return StrategyResult(
-        policy=name,
-        goodput_tok_s=round(tokens / duration_s, 2) if duration_s > 0 else 0.0,
-        ttft_p50_ms=None if p50 is None else round(p50 * 1000, 1),
-        ttft_p95_ms=None if p95 is None else round(p95 * 1000, 1),
-        failures=len(outcomes) - len(ok) - len(refused),
-        refused=len(refused),
-        requests=len(outcomes),
-        duration_s=round(duration_s, 1),
-        detail=detail,
-    )
+class LoopLag:
+    """How late the event loop wakes a sleeper, sampled every `interval_s` (wall) during a replay.
+
+    The twin lays engine steps end to end on its own timeline, but the gateway, the client's closed loop
+    and every streamed chunk run on the same loop: when the loop is late by L wall seconds, each of them
+    is late by L x time_scale simulated seconds. A p95 lag well above an engine step (~20 ms on a GB10,
+    a few ms on an H100) means the time scale is too high for this machine and the figures are not the
+    fleet's but the loop's.
+    """
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self.interval_s = interval_s
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _sample(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.interval_s)
+            self.lags.append(max(0.0, loop.time() - before - self.interval_s))
+
+    async def __aenter__(self) -> LoopLag:
+        self._task = asyncio.ensure_future(self._sample())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def p95(self) -> float | None:
+        return percentile(self.lags, 95)
 
 
 class Bench:
@@ -121,9 +127,13 @@ class Bench:
             app = build_app(gateway)
             async with Lifespan(app):
                 await _until_ready(gateway.registry.backends)
-                outcomes, wall = await self._replay(app)
+                async with LoopLag() as lag:
+                    outcomes, wall = await self._replay(app)
         scaled = [_scaled(o, self.time_scale) for o in outcomes]
-        return summarize(strategy.name, scaled, wall * self.time_scale, self.unservable, strategy.detail)
+        result = summarize(strategy.name, scaled, wall * self.time_scale, self.unservable, strategy.detail)
+        late = lag.p95()
+        lag_ms = None if late is None else round(late * self.time_scale * 1000, 1)
+        return replace(result, loop_lag_p95_ms=lag_ms)
 
     def _settings(self, urls: Mapping[str, str], policy: Path | None) -> Settings:
         base = settings_for_fleet(self.spec, dict(urls))
@@ -178,27 +188,27 @@ def oracle_candidates(bench: Bench) -> list[dict[str, str]]:
     return [{**fixed, **dict(zip(free, combo, strict=True))} for combo in combos]
 
 
-async def find_oracle(bench: Bench) -> tuple[StrategyResult, int]:
+async def find_oracle(bench: Bench) -> tuple[Strategy, int]:
     """The best static class -> backend assignment by goodput, and how many assignments were replayed."""
     candidates = oracle_candidates(bench)
     if len(candidates) <= EXHAUSTIVE_LIMIT:
-        results = [await bench.run(_assigned(a)) for a in candidates]
-        return max(results, key=lambda r: r.goodput_tok_s), len(results)
+        results = [(await bench.run(_assigned(a)), a) for a in candidates]
+        return _assigned(max(results, key=lambda r: r[0].goodput_tok_s)[1]), len(results)
     return await _descend(bench)
 
 
-async def _descend(bench: Bench) -> tuple[StrategyResult, int]:
+async def _descend(bench: Bench) -> tuple[Strategy, int]:
     """Start from the best all-on-one-backend assignment, then move one class at a time, keeping gains."""
     options = {name: c.servable_by(bench.spec) or [bench.spec.engines[0].name] for name, c in CLASSES.items()}
     tried = 0
-    best: StrategyResult | None = None
+    best = 0.0
     best_assignment: dict[str, str] = {}
     for engine in bench.spec.engines:
         assignment = {n: engine.name if engine.name in opts else opts[0] for n, opts in options.items()}
         result = await bench.run(_assigned(assignment))
         tried += 1
-        if best is None or result.goodput_tok_s > best.goodput_tok_s:
-            best, best_assignment = result, assignment
+        if not best_assignment or result.goodput_tok_s > best:
+            best, best_assignment = result.goodput_tok_s, assignment
     for name, opts in options.items():
         for alternative in opts:
             if alternative == best_assignment[name]:
@@ -206,11 +216,9 @@ async def _descend(bench: Bench) -> tuple[StrategyResult, int]:
             assignment = {**best_assignment, name: alternative}
             result = await bench.run(_assigned(assignment))
             tried += 1
-            assert best is not None
-            if result.goodput_tok_s > best.goodput_tok_s:
-                best, best_assignment = result, assignment
-    assert best is not None
-    return best, tried
+            if result.goodput_tok_s > best:
+                best, best_assignment = result.goodput_tok_s, assignment
+    return _assigned(best_assignment), tried
 
 
 def _assigned(assignment: Mapping[str, str]) -> Strategy:
@@ -229,7 +237,9 @@ def adaptive_copy(policy: Path, workdir: Path) -> Path:
     return path
 
 
-async def run_fleet(path: Path, time_scale: float) -> list[StrategyResult]:
+async def run_fleet(path: Path, time_scale: float, repeats: int = 1) -> tuple[list[StrategyResult], str]:
+    """Every strategy `repeats` times, in rounds; the oracle's assignment is searched once, then replayed
+    in every round like the others (the search's own best replay is the luckiest of many: not reused)."""
     spec = load_fleet(path)
     policy = settings_for_fleet(spec, {e.name: "http://127.0.0.1:1" for e in spec.engines}).policy
     with tempfile.TemporaryDirectory(prefix="bench-routing-") as tmp:
@@ -245,50 +255,23 @@ async def run_fleet(path: Path, time_scale: float) -> list[StrategyResult]:
             ]
         with tqdm(unit="req", file=sys.stderr, desc=spec.name) as progress:
             bench = Bench(spec, time_scale, workdir, progress)
-            results = []
-            for strategy in strategies:
-                results.append(await bench.run(strategy))
             oracle, tried = await find_oracle(bench)
-    oracle = StrategyResult(**{**asdict(oracle), "detail": f"{oracle.detail} (best of {tried})"})
-    return [*results, oracle]
-
-
-def render(fleet: str, results: Sequence[StrategyResult], time_scale: float) -> str:
-    oracle = next((r for r in results if r.policy == "oracle"), None)
-    header = ("policy", "goodput tok/s", "TTFT p50 ms", "TTFT p95 ms", "failures", "refused", "% oracle")
-    rows = [header]
-    for r in results:
-        share = "-"
-        if oracle and oracle.goodput_tok_s:
-            share = f"{100 * r.goodput_tok_s / oracle.goodput_tok_s:.1f}"
-        rows.append((
-            r.policy, f"{r.goodput_tok_s:.1f}", _ms(r.ttft_p50_ms), _ms(r.ttft_p95_ms),
-            str(r.failures), str(r.refused), share,
-        ))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [f"fleet {fleet}: {trace_requests()} requests per strategy, simulated time (x{time_scale:g})"]
-    lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
-    lines += [f"{r.policy}: {r.detail}" for r in results if r.detail]
-    adaptive = next((r for r in results if r.policy == "adaptive"), None)
-    if adaptive and oracle and adaptive.goodput_tok_s > oracle.goodput_tok_s:
-        lines.append(
-            "adaptive beats the oracle: no single static class -> backend assignment does as well as "
-            "routing each request on the load it meets"
-        )
-    return "\n".join(lines)
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
+            results = []
+            for round_ in range(repeats):
+                for strategy in [*strategies, oracle]:
+                    results.append(replace(await bench.run(strategy), round=round_))
+    return results, f"{oracle.detail} (best of {tried})"
 
 
 def _handle(args: argparse.Namespace) -> int:
-    results = asyncio.run(run_fleet(Path(args.fleet), args.time_scale))
+    results, oracle = asyncio.run(run_fleet(Path(args.fleet), args.time_scale, args.repeats))
     if args.json:
-        keys = ("policy", "goodput_tok_s", "ttft_p50_ms", "ttft_p95_ms", "failures", "refused", "requests")
-        print(orjson.dumps({"results": [{k: asdict(r)[k] for k in keys} for r in results]}).decode())
+        keys = ("policy", "round", "goodput_tok_s", "ttft_p50_ms", "ttft_p95_ms", "e2e_p50_ms", "failures",
+                "refused", "requests", "loop_lag_p95_ms")
+        document = {"oracle": oracle, "results": [{k: asdict(r)[k] for k in keys} for r in results]}
+        print(orjson.dumps(document).decode())
     else:
-        print(render(Path(args.fleet).stem, results, args.time_scale))
+        print(render(Path(args.fleet).stem, results, args.time_scale, oracle))
     return 0
 
 
@@ -299,5 +282,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--fleet", required=True, help="twin fleet file (its policy is the static strategy)")
     parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE,
                         help="twin clock speed-up (results are reported in simulated time)")
-    parser.add_argument("--json", action="store_true", help='print {"results": [...]} instead of a table')
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                        help="rounds: every strategy replayed this many times (median and spread reported)")
+    parser.add_argument("--json", action="store_true",
+                        help='print {"oracle": ..., "results": [every replay]} instead of a table')
     parser.set_defaults(handler=_handle)

@@ -54,6 +54,7 @@ class SoakResult:
     streams: int
     faults: int
     seconds: float
+    kinds: dict[str, int]  # "outcome: what the client saw" -> count
 
 
 def register(subparsers: Any) -> None:
@@ -73,7 +74,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     result = asyncio.run(soak(args))
     if args.json:
-        fields = ("requests", "completed", "errors", "hung", "lost", "rss_start_mb", "rss_end_mb")
+        fields = ("requests", "completed", "errors", "hung", "lost", "rss_start_mb", "rss_end_mb", "kinds")
         print(json.dumps({"results": [{k: asdict(result)[k] for k in fields}]}))
     else:
         for key, value in asdict(result).items():
@@ -109,8 +110,9 @@ def _gateway_config(urls: dict[str, str], port: int) -> dict[str, Any]:
         "pools": [{"model": MODEL, "backends": list(urls)}],
         # A loaded loopback host answers probes and connects late: short timeouts would call it dead.
         "probe": {"interval_s": 0.5, "starting_interval_s": 0.25, "timeout_s": 3.0},
-        # The idle gap also covers a stream's wait in an engine's own queue before its first token.
-        "timeouts": {"connect_s": 3.0, "first_byte_s": 10.0, "idle_s": 20.0},
+        # The first-token timeout covers a stream's wait in an engine's own queue (long with 1,000
+        # streams on four engines); the idle gap only runs once tokens flow.
+        "timeouts": {"connect_s": 3.0, "first_byte_s": 30.0, "idle_s": 5.0},
         "limits": {"max_attempts": len(urls), "connections": 4096},
         "queue": {"max_queue": 4096, "timeout_s": 30.0},
         "breaker": {"cooldown_s": 2.0},
@@ -137,7 +139,8 @@ async def _wait_ready(session: aiohttp.ClientSession, url: str, timeout: float =
             await asyncio.sleep(0.1)
 
 
-async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random) -> str:
+async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random) -> tuple[str, str]:
+    """(outcome, kind): the outcome as counted, and what exactly the client saw, for the breakdown."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "tell me a story " * rng.randint(1, 20)}],
@@ -149,16 +152,26 @@ async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random) -> 
             async with session.post(url + "/v1/chat/completions", json=body) as response:
                 raw = await response.read()
                 if response.status in (429, 503) and "retry-after" in response.headers:
-                    return "errors"
+                    return "errors", f"{response.status} {_code(raw)}"
                 if response.status != 200:
-                    return "lost"
+                    return "lost", f"{response.status} {_code(raw)}"
                 if b'"error"' in raw:
-                    return "errors"  # the backend died mid-stream: an error frame, then the end
-                return "completed" if raw.rstrip().endswith(b"data: [DONE]") else "lost"
+                    # the backend died mid-stream: an error frame, then the end
+                    return "errors", "200 stream error frame"
+                if raw.rstrip().endswith(b"data: [DONE]"):
+                    return "completed", "200"
+                return "lost", "200 stream cut without [DONE]"
     except TimeoutError:
-        return "hung"
-    except aiohttp.ClientError:
-        return "lost"
+        return "hung", "no end within the watchdog"
+    except aiohttp.ClientError as exc:
+        return "lost", type(exc).__name__
+
+
+def _code(raw: bytes) -> str:
+    try:
+        return str(json.loads(raw)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return "?"
 
 
 class _Chaos:
@@ -242,19 +255,22 @@ async def _drive(
     async with aiohttp.ClientSession(connector=connector) as session:
         await _wait_ready(session, url)
         warm = await asyncio.gather(*(_one(session, url, rng) for _ in range(min(200, args.streams))))
-        if Counter(warm)["completed"] != len(warm):
+        if Counter(outcome for outcome, _ in warm)["completed"] != len(warm):
             raise RuntimeError(f"warm-up requests failed before any fault: {Counter(warm)}")
         rss_start = _rss_mb(pid)
         chaos = _Chaos(fleet, rng)
         chaos_task = asyncio.create_task(chaos.run())
         started = time.monotonic()
         outcomes: Counter[str] = Counter()
+        kinds: Counter[str] = Counter()
         gate = asyncio.Semaphore(args.streams)
 
         async def guarded() -> None:
             async with gate:
                 if time.monotonic() - started < args.max_seconds:
-                    outcomes[await _one(session, url, rng)] += 1
+                    outcome, kind = await _one(session, url, rng)
+                    outcomes[outcome] += 1
+                    kinds[f"{outcome}: {kind}"] += 1
 
         try:
             await asyncio.gather(*(guarded() for _ in range(args.requests)))
@@ -275,4 +291,5 @@ async def _drive(
         streams=args.streams,
         faults=chaos.faults,
         seconds=round(seconds, 1),
+        kinds=dict(kinds.most_common()),
     )

@@ -17,6 +17,7 @@ import orjson
 
 from gateway.bench.overhead import EngineShape, measure, render
 from gateway.proxy.upstream import (
+    FirstToken,
     UpstreamBroken,
     UpstreamConnectError,
     UpstreamResponse,
@@ -31,7 +32,7 @@ class _HttpxResponse:
         self.status = response.status_code
         self.content_type = response.headers.get("content-type", "application/json")
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
+    async def iter_chunks(self, first_token: FirstToken | None = None) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.aiter_raw():
                 yield chunk

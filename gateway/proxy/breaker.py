@@ -199,6 +199,12 @@ class CircuitBreaker:
             last_failure=self._reason,
         )
 
+    def reset(self) -> None:
+        """Closed, with no history: for a backend that came back (a restarted process is a new one, the
+        old one's failures say nothing about it). Tickets taken before are from an older epoch."""
+        if self._state != "closed" or self._consecutive:
+            self._close()
+
     def _advance(self, now: float) -> None:
         if self._state == "open" and now >= self._open_until:
             self._set_state("half_open")

@@ -31,8 +31,15 @@ from gateway.proxy.admission import Refused, Slot
 from gateway.proxy.breaker import Outcome, Ticket, outcome_of
 from gateway.proxy.reliability import ERROR_SOURCE, Reliability, refusal_headers
 from gateway.proxy.stream import SseMeter
-from gateway.proxy.upstream import UpstreamError, UpstreamResponse, UpstreamTimeout, UpstreamTransport
+from gateway.proxy.upstream import (
+    UpstreamError,
+    UpstreamRefused,
+    UpstreamResponse,
+    UpstreamTimeout,
+    UpstreamTransport,
+)
 from gateway.settings import PoolConfig
+from gateway.stats.live import DeviceTime
 
 log = logging.getLogger("gateway.dispatch")
 
@@ -88,6 +95,7 @@ class RequestRecord:
     attempts: int = 0
     inflight_at_dispatch: int = 0  # the backend's in-flight count including this request
     device_inflight_at_dispatch: int = 0  # the same over every backend sharing its device
+    device_shared_s: float = 0.0  # seconds of the attempt during which another backend of its device was busy
     ttft: float | None = None
     itl: list[float] = field(default_factory=list)
     tpot: float | None = None
@@ -127,6 +135,7 @@ class Dispatcher:
         self.registry = registry
         self.transport = transport
         self.max_attempts = max_attempts
+        self.device_time = DeviceTime()
         self.observers = list(observers)
         self.reliability = reliability  # breakers and admission slots; None: neither is enforced
 
@@ -155,7 +164,7 @@ class Dispatcher:
     async def _attempts(self, job: Job, record: RequestRecord, send: Send, finished: list[bool]) -> None:
         last: _Failed | None = None
         tried: list[str] = []
-        while len(tried) < self.max_attempts:
+        while True:  # bounded by max_attempts and, when waiting for a comeback, the queue deadline
             slot = await self._slot(job, tried)
             if isinstance(slot, Refused):
                 if last is None or slot.code != _NO_BACKEND_LEFT:
@@ -194,15 +203,27 @@ class Dispatcher:
         """Where the next attempt goes: an admission slot (waiting in the pool's queue when every
         acceptable backend is full or still warming up), or without admission the next ranked name."""
         remaining = [b for b in job.ranked if b not in tried]
-        if not remaining:
+        if self.reliability is not None and not remaining:
+            return await self._comeback(job, self.reliability)
+        if not remaining or len(tried) >= self.max_attempts:
             return Refused(502, _NO_BACKEND_LEFT, "no other backend can take this request", 1)
         if self.reliability is None:
             return remaining[0]
-        if tried:
-            # Fail over to a backend that serves now; when none does, wait (bounded) for one to come back.
-            ready = [b for b in remaining if self.registry.backends[b].status is Status.READY]
-            remaining = ready or remaining
-        return await self.reliability.admission.acquire(job.pool.model, remaining)
+        if not tried:
+            return await self.reliability.admission.acquire(job.pool.model, remaining)
+        # Fail over to a backend that serves now; when none does, wait (bounded) for one to come back.
+        ready = [b for b in remaining if self.registry.backends[b].status is Status.READY]
+        left = _queue_time_left(job, self.reliability)
+        return await self.reliability.admission.acquire(job.pool.model, ready or remaining, left)
+
+    async def _comeback(self, job: Job, reliability: Reliability) -> Slot | Refused:
+        """Every candidate failed: wait, within the request's queue deadline, for one that is down but
+        may come back (warming up, or restarting after a crash) to become ready."""
+        left = _queue_time_left(job, reliability)
+        hopeful = [b for b in job.ranked if self.registry.may_come_back(b)]
+        if not hopeful or left <= 0:
+            return Refused(502, _NO_BACKEND_LEFT, "no other backend can take this request", 1)
+        return await reliability.admission.acquire(job.pool.model, hopeful, left)
 
     async def _refuse(
         self, job: Job, record: RequestRecord, send: Send, finished: list[bool], refused: Refused
@@ -235,10 +256,14 @@ class Dispatcher:
             raise
         except _Failed as failed:
             outcome = failed.outcome
+            if isinstance(failed.__cause__, UpstreamRefused):
+                self.registry.note_down(backend, str(failed))  # nothing listens: it is down, now
             raise
         finally:
             if ticket is not None and self.reliability is not None:
                 self.reliability.breakers[backend].record(ticket, outcome)
+        if outcome == "success":
+            self.registry.note_success(backend)  # passive health: it answers, so it is alive
 
     async def _exchange(
         self, job: Job, backend: str, record: RequestRecord, send: Send, finished: list[bool]
@@ -249,6 +274,8 @@ class Dispatcher:
             headers["authorization"] = f"Bearer {state.config.api_key}"
         body = job.body_for(backend)
         self.registry.acquire(backend)
+        self.device_time.change(backend, state.config.device, +1)
+        shared_at_dispatch = self.device_time.shared_seconds(backend)
         record.inflight_at_dispatch = state.inflight
         record.device_inflight_at_dispatch = _device_load(self.registry, backend)
         if record.attempts == 1:
@@ -276,6 +303,8 @@ class Dispatcher:
         finally:
             if response is not None:
                 response.close()
+            record.device_shared_s = self.device_time.shared_seconds(backend) - shared_at_dispatch
+            self.device_time.change(backend, state.config.device, -1)
             self.registry.release(backend)
 
     async def _whole(
@@ -301,7 +330,8 @@ class Dispatcher:
         meter = SseMeter(strip_usage=job.add_usage)
         tail = b""
         try:
-            async for chunk in response.iter_chunks():
+            # The first-token timeout runs until content arrives (a role frame is not a token).
+            async for chunk in response.iter_chunks(lambda: meter.first_token_at is not None):
                 out = meter.feed(chunk)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -332,6 +362,12 @@ class Dispatcher:
                 observer(record)
             except Exception:  # a broken recorder must not break the request path
                 log.exception("request observer %r failed", observer)
+
+
+def _queue_time_left(job: Job, reliability: Reliability) -> float:
+    """What is left of the request's queue deadline, counted from its arrival."""
+    timeout = reliability.admission.config.queue_timeout_seconds
+    return timeout - (time.perf_counter() - job.started)
 
 
 def _device_load(registry: Registry, backend: str) -> int:

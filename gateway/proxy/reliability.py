@@ -51,8 +51,13 @@ class Reliability:
         self.admission.configure({backend.name: backend.max_concurrency for backend in settings.backends})
 
     def on_status(self, backend: str, status: Status) -> None:
-        """Registry listener: the prober's verdict opens or closes the backend's slots."""
-        self.admission.set_ready(backend, status is Status.READY)
+        """Registry listener: the prober's verdict opens or closes the backend's slots. A backend that
+        is ready again after being down (restarted, or answering again) starts with a closed breaker:
+        the failures of its previous life would otherwise keep it out, in ever longer cool-downs."""
+        ready = status is Status.READY
+        self.admission.set_ready(backend, ready)
+        if ready and backend in self.breakers:
+            self.breakers[backend].reset()
 
     def breaker_open(self, backend: str) -> bool:
         return backend in self.breakers and self.breakers.is_open(backend)

@@ -7,8 +7,17 @@ before the first byte (retry elsewhere) from one in the middle of a body:
 
     UpstreamError
      +-- UpstreamConnectError   connection refused/reset before the response headers
-     +-- UpstreamTimeout        connect, first-byte or idle-gap timeout
+     |    +-- UpstreamRefused   no connection at all (proof that nothing listens: passive health)
+     +-- UpstreamTimeout        connect, first-token or idle-gap timeout
      +-- UpstreamBroken         the body ended early (connection dropped mid-stream)
+
+Two read timeouts, because waiting for the first token and waiting between tokens are different things:
+- first token (`first_byte_s`, generous): from the moment the request is sent until the response headers
+  and then the first content chunk. It covers the engine's own queue and a long prefill; engines send the
+  headers (and vLLM an empty role frame) long before that, so the body's first bytes do not end it. The
+  caller says when content has arrived (`iter_chunks(first_token)`): the transport cannot tell a role or
+  keep-alive frame from a token without parsing, and the caller parses anyway.
+- idle gap (`idle_s`): after the first content chunk, the longest silence between two reads.
 
 `AiohttpTransport` is the production transport (chosen by measurement: docs/transport.md);
 `MockTransport` answers in-process from a handler, for tests without sockets.
@@ -34,6 +43,10 @@ class UpstreamConnectError(UpstreamError):
     pass
 
 
+class UpstreamRefused(UpstreamConnectError):
+    """No connection could be made at all: nothing listens there (the process is gone or restarting)."""
+
+
 class UpstreamTimeout(UpstreamError):
     pass
 
@@ -42,11 +55,14 @@ class UpstreamBroken(UpstreamError):
     pass
 
 
+FirstToken = Callable[[], bool]  # True once the chunks read so far carried content (a token)
+
+
 class UpstreamResponse(Protocol):
     status: int
     content_type: str
 
-    def iter_chunks(self) -> AsyncIterator[bytes]: ...
+    def iter_chunks(self, first_token: FirstToken | None = None) -> AsyncIterator[bytes]: ...
 
     async def read(self) -> bytes: ...
 
@@ -60,27 +76,46 @@ class UpstreamTransport(Protocol):
 
 
 class _AiohttpResponse:
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, first_deadline: float, idle_s: float) -> None:
         self._response = response
         self.status = response.status
         self.content_type = response.headers.get("content-type", "application/json")
+        self._first_deadline = first_deadline  # loop time by which the first content must have come
+        self._idle_s = idle_s
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        # iter_any, not line iteration: aiohttp >= 3.13 rejects lines over 128 KB in readuntil.
+    async def iter_chunks(self, first_token: FirstToken | None = None) -> AsyncIterator[bytes]:
+        """The body as it arrives. Until `first_token()` says content came (or, without it, until the
+        first bytes), each read is bounded by what is left of the first-token budget; after that, by
+        the idle gap. The bound covers the read only, never the caller's work between two chunks."""
+        content = self._response.content
+        loop = asyncio.get_running_loop()
+        waiting = True
         try:
-            async for chunk in self._response.content.iter_any():
+            while True:
+                deadline = self._first_deadline if waiting else loop.time() + self._idle_s
+                try:
+                    # iter_any-style reads, not lines: aiohttp >= 3.13 rejects lines over 128 KB.
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await content.readany()
+                except TimeoutError as exc:
+                    raise UpstreamTimeout(_silence(waiting, self._idle_s)) from exc
+                if not chunk:
+                    break
+                waiting = waiting and not (first_token() if first_token is not None else True)
                 yield chunk
-        except TimeoutError as exc:
-            raise UpstreamTimeout("no bytes from the backend within the idle timeout") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamBroken(f"the backend's response broke off: {type(exc).__name__}") from exc
         self._response.release()
 
     async def read(self) -> bytes:
+        """The whole body: it is the first content, so the first-token budget applies, and at least
+        one idle gap once the headers are in."""
+        deadline = max(self._first_deadline, asyncio.get_running_loop().time() + self._idle_s)
         try:
-            body = await self._response.read()
+            async with asyncio.timeout_at(deadline):
+                body = await self._response.read()
         except TimeoutError as exc:
-            raise UpstreamTimeout("no bytes from the backend within the idle timeout") from exc
+            raise UpstreamTimeout("the backend's response body did not arrive in time") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamBroken(f"the backend's response broke off: {type(exc).__name__}") from exc
         self._response.release()
@@ -89,6 +124,12 @@ class _AiohttpResponse:
     def close(self) -> None:
         # Drops the connection unless the body was read to the end (then it is back in the pool).
         self._response.close()
+
+
+def _silence(waiting_for_first: bool, idle_s: float) -> str:
+    if waiting_for_first:
+        return "no first token from the backend within the first-token timeout"
+    return f"no bytes from the backend for {idle_s:g}s (idle timeout)"
 
 
 class AiohttpTransport:
@@ -105,23 +146,24 @@ class AiohttpTransport:
             connector = aiohttp.TCPConnector(
                 limit=self._connections, limit_per_host=0, keepalive_timeout=30.0, ttl_dns_cache=300
             )
-            # sock_read is the idle gap between two reads of the body (aiohttp resets it on every read).
-            timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=self.timeouts.connect_s, sock_read=self.timeouts.idle_s
-            )
+            # No sock_read: the responses time their own reads (first token, then idle gap).
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect_s)
             self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
         return self._session
 
     async def send(self, url: str, headers: Mapping[str, str], body: bytes) -> UpstreamResponse:
         session = self._client()
+        first_deadline = asyncio.get_running_loop().time() + self.timeouts.first_byte_s
         try:
-            async with asyncio.timeout(self.timeouts.first_byte_s):
+            async with asyncio.timeout_at(first_deadline):
                 response = await session.post(url, data=body, headers=headers)
         except TimeoutError as exc:
             raise UpstreamTimeout(f"no response headers from {url} in time") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamRefused(f"{type(exc).__name__}: {exc}") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamConnectError(f"{type(exc).__name__}: {exc}") from exc
-        return _AiohttpResponse(response)
+        return _AiohttpResponse(response, first_deadline, self.timeouts.idle_s)
 
     async def get_text(self, url: str) -> str:
         """GET a small text document (engine /metrics) through the same session and connection pool;
@@ -144,7 +186,7 @@ class MockResponse:
     content_type: str = "application/json"
     closed: bool = field(default=False, init=False)
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
+    async def iter_chunks(self, first_token: FirstToken | None = None) -> AsyncIterator[bytes]:
         for chunk in self.chunks:
             if self.closed:
                 return

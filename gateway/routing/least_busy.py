@@ -2,7 +2,8 @@
 
 Busy = in-flight / max_concurrency (in-flight alone when no limit is set), so a backend configured for
 more concurrency takes proportionally more. Ties keep the pool's order. A backend at its concurrency
-limit is left out; when none is left the request is refused with 503 (and a hint if some are warming).
+limit is left out; when none is left the request is refused with 503 whose code and message give the
+true reason: warming up, open circuit breakers, concurrency limits, or nothing ready at all.
 """
 
 from __future__ import annotations
@@ -43,6 +44,19 @@ def _refusal(backends: Sequence[BackendSnapshot]) -> Refusal:
         return Refusal(
             503, "no_ready_backend", "every backend of this model is still starting; retry shortly"
         )
-    if any(b.ready for b in backends):
-        return Refusal(503, "backends_busy", "every backend of this model is at its concurrency limit")
-    return Refusal(503, "no_ready_backend", "no backend of this model is ready")
+    ready = [b for b in backends if b.ready]
+    if not ready:
+        return Refusal(503, "no_ready_backend", "no backend of this model is ready")
+    broken = [b for b in ready if b.breaker_open]
+    if len(broken) == len(ready):
+        return Refusal(
+            503, "backend_unavailable", "every ready backend of this model is failing (circuit breaker open)"
+        )
+    if broken:
+        return Refusal(
+            503,
+            "backends_busy",
+            f"{len(ready) - len(broken)} backend(s) of this model at their concurrency limit, "
+            f"{len(broken)} failing (circuit breaker open)",
+        )
+    return Refusal(503, "backends_busy", "every backend of this model is at its concurrency limit")

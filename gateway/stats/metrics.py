@@ -61,6 +61,7 @@ class GatewayMetrics:
         )
         registry.register(_BackendCollector(backends))
         self._cells: dict[tuple[str, str], _Cell] = {}
+        self._requests: dict[tuple[str, ...], Counter] = {}
 
     def count_policy_reload(self, result: str, error: str | None) -> None:
         self.policy_reloads.labels(result).inc()
@@ -68,7 +69,7 @@ class GatewayMetrics:
     def observe(self, record: RequestRecord) -> None:
         backend = record.backend or "none"
         status = "stream_error" if record.status == 200 and record.error else str(record.status)
-        self.requests.labels(record.model, record.profile, backend, status).inc()
+        self._requests_child(record.model, record.profile, backend, status).inc()
         self.overhead.observe(record.overhead)
         for failed, _why in record.failures:
             self.failovers.labels(failed).inc()
@@ -86,6 +87,13 @@ class GatewayMetrics:
             cell.output_tokens.inc(record.output_tokens)
         if record.prompt_tokens:
             cell.prompt_tokens.inc(record.prompt_tokens)
+
+    def _requests_child(self, *key: str) -> Counter:
+        # Bounded like the cells: models and backends from the config, statuses from HTTP.
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self.requests.labels(*key)
+        return child
 
     def _cell(self, backend: str, profile: str) -> _Cell:
         # labels() costs a lock and a dict build per call; the children per (backend, profile) are

@@ -58,3 +58,18 @@ def test_only_starting_backends_refuse_with_503_and_a_hint() -> None:
 def test_all_full_refuses_as_busy() -> None:
     decision = LeastBusyRouter().route("chat", BODY, [BackendSnapshot("a", inflight=1, max_concurrency=1)])
     assert decision.refusal is not None and decision.refusal.code == "backends_busy"
+
+
+def test_all_breakers_open_refuses_as_failing_never_as_busy() -> None:
+    backends = [BackendSnapshot("a", breaker_open=True), BackendSnapshot("b", breaker_open=True)]
+    refusal = LeastBusyRouter().route("chat", BODY, backends).refusal
+    assert refusal is not None and refusal.status == 503
+    assert refusal.code == "backend_unavailable"
+    assert "circuit breaker open" in refusal.message and "concurrency limit" not in refusal.message
+
+
+def test_full_and_broken_backends_refuse_naming_both_reasons() -> None:
+    backends = [BackendSnapshot("a", inflight=1, max_concurrency=1), BackendSnapshot("b", breaker_open=True)]
+    refusal = LeastBusyRouter().route("chat", BODY, backends).refusal
+    assert refusal is not None and refusal.code == "backends_busy"
+    assert "1 failing (circuit breaker open)" in refusal.message

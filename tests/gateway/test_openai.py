@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
 import orjson
 from gateway_fakes import FakeEngine, running_gateway, settings_for
 from multidict import CIMultiDict
+
+from gateway.backends.registry import Status
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -120,7 +123,12 @@ async def test_completions_route_forwards_to_the_engines_completions(engines: li
 
 async def test_no_ready_backend_is_503_with_retry_after(engines: list[FakeEngine]) -> None:
     engines[0].behaviour.health_status = 503
-    async with running_gateway(settings_for({"a": engines[0].url}), wait_ready=False) as (url, _):
+    async with running_gateway(settings_for({"a": engines[0].url}), wait_ready=False) as (url, gateway):
+        # Until its first probe the backend is "unknown", i.e. possibly warming up, and a request would
+        # wait in the queue for it: post only once the prober has judged it (a vLLM 503: dead).
+        async with asyncio.timeout(5):
+            while gateway.registry.backends["a"].status is not Status.DEAD:
+                await asyncio.sleep(0.01)
         status, headers, body = await post(url, CHAT)
     assert status == 503
     assert headers["retry-after"] == "5"

@@ -49,3 +49,28 @@ def test_max_context_is_the_largest_known() -> None:
     reg.backends["a"].discovered_context = 8192
     reg.backends["b"].discovered_context = 131072
     assert reg.max_context(reg.pools[0]) == 131072
+
+
+def test_a_backend_down_after_serving_may_come_back_within_the_startup_grace() -> None:
+    now = [0.0]
+    reg = Registry(settings_for({"a": "http://127.0.0.1:1"}, probe={"startup_grace_s": 10.0}), lambda: now[0])
+    reg.set_status("a", Status.READY)
+    reg.note_down("a", "connection refused")
+    assert reg.backends["a"].status is Status.DEAD and reg.may_come_back("a")
+    assert reg.snapshots(reg.pools[0])[0].starting  # the router sees it as warming up again
+    now[0] = 11.0
+    assert not reg.may_come_back("a") and not reg.snapshots(reg.pools[0])[0].starting
+
+
+def test_a_backend_dead_before_it_ever_served_is_not_waited_for() -> None:
+    reg = registry()
+    reg.set_status("a", Status.DEAD)
+    assert not reg.may_come_back("a")
+
+
+def test_a_request_answered_by_a_backend_called_dead_revives_it() -> None:
+    reg = registry()
+    reg.set_status("a", Status.READY)
+    reg.set_status("a", Status.DEAD, "probe timed out")
+    reg.note_success("a")
+    assert reg.backends["a"].status is Status.READY and reg.served_within("a", 1.0)

@@ -1,0 +1,197 @@
+"""Figures of `bench routing`: one replay's summary, and the median and spread over repeated replays.
+
+A replay's figures move with the machine's load (the twin shares its event loop with the gateway and the
+client), so the bench replays every strategy several times, in rounds (every strategy once per round, so a
+busy minute hurts all of them alike), and reports the median with the min..max spread. Ratios to the
+oracle (share of its goodput, share of its gain over round robin, TTFT p95) are taken within a round,
+then their median and spread are reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from gateway.bench.routing_trace import Outcome, trace_requests
+from gateway.stats.live import percentile
+
+LAG_WARNING = 0.05  # loop lag p95 above this share of the median request's e2e: figures are the loop's
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    policy: str
+    goodput_tok_s: float
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    failures: int
+    refused: int
+    requests: int
+    duration_s: float
+    detail: str = ""
+    e2e_p50_ms: float | None = None
+    loop_lag_p95_ms: float | None = None  # simulated ms the event loop woke sleepers late (LoopLag)
+    round: int = 0
+    routed: str = ""  # per class, successful requests per backend: "C: fp8-mtp 40, fp8-base 8; ..."
+
+
+def summarize(
+    name: str, outcomes: Sequence[Outcome], duration_s: float, unservable: set[str], detail: str = ""
+) -> StrategyResult:
+    """Simulated-time figures of one replay (outcomes and duration already scaled)."""
+    ok = [o for o in outcomes if o.ok]
+    refused = [o for o in outcomes if not o.ok and o.cls in unservable]
+    ttfts = [o.ttft for o in ok if o.ttft is not None]
+    tokens = sum(o.output_tokens for o in ok)
+    p50, p95 = percentile(ttfts, 50), percentile(ttfts, 95)
+    e2e = percentile([o.e2e for o in ok], 50)
+    return StrategyResult(
+        policy=name,
+        goodput_tok_s=round(tokens / duration_s, 2) if duration_s > 0 else 0.0,
+        ttft_p50_ms=_ms(p50),
+        ttft_p95_ms=_ms(p95),
+        failures=len(outcomes) - len(ok) - len(refused),
+        refused=len(refused),
+        requests=len(outcomes),
+        duration_s=round(duration_s, 1),
+        detail=detail,
+        e2e_p50_ms=_ms(e2e),
+        routed=routed(ok),
+    )
+
+
+def routed(outcomes: Sequence[Outcome]) -> str:
+    counts: dict[str, dict[str, int]] = {}
+    for o in outcomes:
+        per_class = counts.setdefault(o.cls, {})
+        per_class[o.backend] = per_class.get(o.backend, 0) + 1
+    return "; ".join(
+        f"{cls}: " + ", ".join(f"{b} {n}" for b, n in sorted(c.items(), key=lambda kv: -kv[1]))
+        for cls, c in counts.items()
+    )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread | None:
+        return Spread(statistics.median(values), min(values), max(values)) if values else None
+
+    def text(self, fmt: str = ".1f") -> str:
+        if self.low == self.high:
+            return f"{self.median:{fmt}}"
+        return f"{self.median:{fmt}} [{self.low:{fmt}}-{self.high:{fmt}}]"
+
+
+def by_policy(results: Sequence[StrategyResult]) -> dict[str, list[StrategyResult]]:
+    grouped: dict[str, list[StrategyResult]] = {}
+    for r in results:
+        grouped.setdefault(r.policy, []).append(r)
+    return grouped
+
+
+Figure = Callable[[dict[str, StrategyResult]], float | None]  # one round's strategies -> a figure
+
+
+def paired(results: Sequence[StrategyResult], policy: str, figure: Figure) -> Spread | None:
+    """A figure computed within each round (e.g. adaptive / oracle), over the rounds where it exists."""
+    rounds: dict[int, dict[str, StrategyResult]] = {}
+    for r in results:
+        rounds.setdefault(r.round, {})[r.policy] = r
+    values = [v for members in rounds.values() if policy in members and (v := figure(members)) is not None]
+    return Spread.of(values)
+
+
+def share_of_oracle(policy: str) -> Figure:
+    def figure(members: dict[str, StrategyResult]) -> float | None:
+        oracle = members.get("oracle")
+        if oracle is None or not oracle.goodput_tok_s:
+            return None
+        return 100 * members[policy].goodput_tok_s / oracle.goodput_tok_s
+
+    return figure
+
+
+def gain_share(members: dict[str, StrategyResult]) -> float | None:
+    """Adaptive's gain over round robin as a share (%) of the oracle's gain over round robin."""
+    rr, adaptive, oracle = members.get("round_robin"), members.get("adaptive"), members.get("oracle")
+    if rr is None or adaptive is None or oracle is None or oracle.goodput_tok_s <= rr.goodput_tok_s:
+        return None
+    return 100 * (adaptive.goodput_tok_s - rr.goodput_tok_s) / (oracle.goodput_tok_s - rr.goodput_tok_s)
+
+
+def ttft_p95_share(members: dict[str, StrategyResult]) -> float | None:
+    adaptive, oracle = members.get("adaptive"), members.get("oracle")
+    if adaptive is None or oracle is None or not adaptive.ttft_p95_ms or not oracle.ttft_p95_ms:
+        return None
+    return 100 * adaptive.ttft_p95_ms / oracle.ttft_p95_ms
+
+
+def render(fleet: str, results: Sequence[StrategyResult], time_scale: float, oracle_detail: str) -> str:
+    rounds = len({r.round for r in results})
+    header = ("policy", "goodput tok/s", "TTFT p50 ms", "TTFT p95 ms", "failures", "refused", "% oracle",
+              "loop lag p95 ms")
+    rows = [header]
+    for policy, runs in by_policy(results).items():
+        share = paired(results, policy, share_of_oracle(policy))
+        rows.append((
+            policy,
+            _spread(r.goodput_tok_s for r in runs),
+            _spread((r.ttft_p50_ms for r in runs), ".0f"),
+            _spread((r.ttft_p95_ms for r in runs), ".0f"),
+            str(max(r.failures for r in runs)),
+            str(max(r.refused for r in runs)),
+            "-" if share is None else share.text(),
+            _spread((r.loop_lag_p95_ms for r in runs), ".0f"),
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        f"fleet {fleet}: {trace_requests()} requests per replay, {rounds} round(s), simulated time "
+        f"(x{time_scale:g}); median [min-max] over rounds, failures and refused: worst round"
+    ]
+    lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.append(f"oracle: {oracle_detail}")
+    lines += [f"{r.policy} (round {r.round}) routed {r.routed}" for r in results if r.policy == "adaptive"]
+    lines += _verdict(results)
+    lines += _lag_warning(results)
+    return "\n".join(lines)
+
+
+def _verdict(results: Sequence[StrategyResult]) -> list[str]:
+    figures = [
+        ("adaptive, % of oracle goodput", paired(results, "adaptive", share_of_oracle("adaptive"))),
+        ("adaptive gain over round_robin, % of oracle's", paired(results, "adaptive", gain_share)),
+        ("adaptive TTFT p95, % of oracle's", paired(results, "adaptive", ttft_p95_share)),
+        ("static, % of oracle goodput", paired(results, "static", share_of_oracle("static"))),
+    ]
+    return [f"{label}: {spread.text()}" for label, spread in figures if spread is not None]
+
+
+def _lag_warning(results: Sequence[StrategyResult]) -> list[str]:
+    late = [
+        r for r in results
+        if r.loop_lag_p95_ms is not None and r.e2e_p50_ms and r.loop_lag_p95_ms > LAG_WARNING * r.e2e_p50_ms
+    ]
+    if not late:
+        return []
+    worst = max(late, key=lambda r: (r.loop_lag_p95_ms or 0.0) / (r.e2e_p50_ms or 1.0))
+    return [
+        f"warning: in {len(late)} of {len(results)} replays the event loop's p95 lateness exceeded "
+        f"{LAG_WARNING:.0%} of the median request's e2e (worst {worst.loop_lag_p95_ms:.0f} ms against "
+        f"{worst.e2e_p50_ms:.0f} ms): lower --time-scale"
+    ]
+
+
+def _spread(values: Iterable[float | None], fmt: str = ".1f") -> str:
+    present = [v for v in values if v is not None]
+    spread = Spread.of(present)
+    return "-" if spread is None else spread.text(fmt)
