@@ -57,7 +57,7 @@ from gateway.sim.fleet import FleetSpec, load_fleet
 from gateway.sim.runner import TwinFleet
 from gateway.stats.live import percentile
 
-DEFAULT_TIME_SCALE = 25.0  # x100 left the loop ~0.9 s (simulated) late at p95 on 2 shared cores
+DEFAULT_TIME_SCALE = 50.0  # x100 left the loop ~0.9 s (simulated) late at p95 on 2 shared cores
 DEFAULT_REPEATS = 3
 EXHAUSTIVE_LIMIT = 8  # oracle: every assignment up to this many, else one pass of coordinate descent
 

@@ -31,7 +31,10 @@ Exploration (bounded): while some eligible backend has fewer than min_samples sa
 gets the request with probability epsilon (predict.pick_exploration; seeded RNG, so decisions replay). A cell
 counts as max(its samples, the explorations sent to it within the window): requests still in flight count,
 so a burst of arrivals cannot explore more than min_samples times before the first answer is recorded. The
-total cost is at most min_samples requests per backend x profile per window.
+total cost is at most min_samples requests per backend x profile per window. Exploration that would wake an
+idle engine next to a busy one on the same device (every request in flight there slows down while it runs)
+is kept only with probability `contended_share`: it waits, most of the time, for a cheap moment (the
+engine already busy, or the device idle), and still happens if none comes.
 
 `verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
 (cached fits, engine hints) and satisfies the router's `Scorer` protocol under the name "objective".
@@ -71,6 +74,9 @@ class AdaptiveConfig:
     min_samples: int = 5
     epsilon: float = 0.25
     tolerance: float = 0.25  # relative gap that takes the whole score range
+    # Share of explorations kept when exploring would wake an idle engine next to a busy one on its device
+    # (every in-flight request there then runs slower): such explorations are deferred, not forbidden.
+    contended_share: float = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +208,13 @@ class AdaptiveScorer:
             explored = pick_exploration(
                 counts, self.rng, min_samples=self.config.min_samples, epsilon=self.config.epsilon
             )
+            if explored is not None and self._contended(explored.backend, backends):
+                if self.rng.random() >= self.config.contended_share:
+                    explored = None
+                else:
+                    kept = self.config.contended_share
+                    explored = replace(explored, why=f"{explored.why}; wakes it next to a busy neighbour "
+                                       f"(kept with p={kept:g})")
             if explored is not None:
                 self._remember_exploration(explored.backend, profile, now)
         errors = {name: cell.error_rate for name, cell in cells.items()}
@@ -282,6 +295,16 @@ class AdaptiveScorer:
             model = self.cache.backend(self.recorder, b.name, now)
             loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model)
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
+
+    def _contended(self, backend: str, backends: Sequence[BackendSnapshot]) -> bool:
+        """Exploring `backend` now would start it next to a busy neighbour: the device's in-flight requests
+        all slow down for the whole exploration. Exploring an engine already busy, or an idle device, does
+        not add contention, so it is the cheap moment to measure."""
+        inflight = {b.name: b.inflight for b in backends}
+        if inflight.get(backend, 0) > 0:
+            return False
+        members = device_members(backends, self.devices)[backend]
+        return any(inflight[o] > 0 for o in members if o != backend)
 
     def _explorations(self, backend: str, profile: str, now: float) -> int:
         sent = self._explored.get((backend, profile))

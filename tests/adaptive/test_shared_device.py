@@ -110,3 +110,22 @@ def test_device_time_counts_only_the_time_a_neighbour_was_busy() -> None:
     now[0] = 5.0  # y counts x's time even while idle: only its own requests' spans are ever read
     shared = [clock.shared_seconds(name) for name in ("x", "y", "z")]
     assert shared == [2.0, 4.0, 0.0]
+
+
+def test_exploration_waits_for_a_moment_when_it_does_not_slow_the_busy_engine() -> None:
+    def explored(x_inflight: int, y_inflight: int, devices: dict[str, str]) -> int:
+        recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+        for sample in samples(0.020):
+            recorder.record("x", "default", sample)
+        scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.5), rng=random.Random(7),
+                                devices=devices)
+        router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+        body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+        pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y", inflight=y_inflight)]
+        return sum(router.route("completions", body, pool).ranked[0] == "y" for _ in range(20))
+
+    shared = {"x": "spark", "y": "spark"}
+    assert explored(14, 0, shared) < 5  # y idle next to a busy x: waking it slows x's 14 requests
+    assert explored(14, 0, shared) >= 1  # deferred, not forbidden: the cell still gets measured
+    assert explored(14, 3, shared) == 5  # y already busy: no new contention, explored at the usual rate
+    assert explored(14, 0, {}) == 5  # separate devices: exploring costs the busy one nothing
