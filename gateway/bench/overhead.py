@@ -90,7 +90,8 @@ def render(results: list[Level], shape: EngineShape, transport: str) -> str:
         f"ITL {shape.itl_s * 1000:g} ms; gateway: 1 worker, {transport} upstream",
         "streams  added TTFT p50  added TTFT p99  throughput via/direct"
         "  (TTFT p50 direct / via, SSE frames/s direct / via; via CPU % of a core: gateway, engine,"
-        " load generator; machine idle %; gateway's own pre-upstream time p50)",
+        " load generator; machine idle %; gateway CPU per frame relayed;"
+        " gateway's own pre-upstream time p50)",
     ]
     for r in results:
         cpu = r.via_cpu
@@ -99,9 +100,16 @@ def render(results: list[Level], shape: EngineShape, transport: str) -> str:
             f"{r.throughput_ratio:>20.3f}  ({r.direct_ttft_p50_ms:.2f} / {r.via_ttft_p50_ms:.2f} ms, "
             f"{r.direct_frames_per_s:.0f} / {r.via_frames_per_s:.0f}; "
             f"{cpu['gateway']:.0f} / {cpu['engine']:.0f} / {cpu['loadgen']:.0f} %, idle {cpu['idle']:.0f} %; "
+            f"{_per_frame_us(cpu['gateway'], r.via_frames_per_s):.0f} us/frame; "
             f"{r.gateway_overhead_p50_ms:.2f} ms)"
         )
     return "\n".join(lines)
+
+
+def _per_frame_us(cpu_percent: float, frames_per_s: float) -> float:
+    """The gateway's CPU per SSE frame relayed (request work included): a figure that holds up when
+    other processes take CPU away, unlike latency and throughput."""
+    return cpu_percent / 100 / frames_per_s * 1e6 if frames_per_s else 0.0
 
 
 def measure(levels: list[int], shape: EngineShape, seconds: float, transport: str = "aiohttp") -> list[Level]:

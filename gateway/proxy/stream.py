@@ -37,7 +37,12 @@ class SseMeter:
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the bytes of one upstream read; return the bytes to forward now (whole frames only)."""
-        if not self._buf and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r" not in chunk:
+        if (
+            not self._buf
+            and chunk.endswith(b"\n\n")
+            and chunk.find(b"\n\n") == len(chunk) - 2
+            and b"\r" not in chunk
+        ):
             # The usual read: exactly one whole LF-separated frame. Inspected in place, no buffer copies.
             return chunk if self._inspect(chunk[:-2], self.clock()) else b""
         buf = self._buf
@@ -128,6 +133,8 @@ def _has_content(choices: Any) -> bool:
         if choice.get("text"):
             return True
         delta = choice.get("delta")
-        if isinstance(delta, dict) and any(delta.get(key) for key in _CONTENT_KEYS):
-            return True
+        if isinstance(delta, dict):
+            for key in _CONTENT_KEYS:  # a plain loop: any() over a generator costs a frame per chunk
+                if delta.get(key):
+                    return True
     return False
