@@ -10,7 +10,6 @@ it and falls back to the gateway's own measurements (docs/measurement.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -23,6 +22,7 @@ from gateway.backends.engine_metrics import (
     acceptance_between,
     parse_metrics,
 )
+from gateway.tasks import BackgroundTask
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class MetricsScraper:
         self._targets: dict[str, ScrapeTarget] = {}
         self._latest: dict[str, ScrapeResult] = {}
         self._errors: dict[str, str] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask(self._run, name="engine-metrics-scraper")
         self.set_targets(targets)
 
     def set_targets(self, targets: Iterable[ScrapeTarget]) -> None:
@@ -85,15 +85,10 @@ class MetricsScraper:
             del self._errors[gone]
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-metrics-scraper")
+        self._task.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._task.stop()
 
     def backends(self) -> list[str]:
         """The backends being scraped, in target order."""

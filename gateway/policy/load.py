@@ -10,7 +10,6 @@ policy for new requests; an invalid edit is logged with its line and the last go
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
@@ -23,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from gateway.policy.schema import Policy
+from gateway.tasks import BackgroundTask
 
 ReloadCallback = Callable[[str, str | None], None]  # (result "ok" | "error", error text or None)
 
@@ -188,7 +188,7 @@ class PolicyWatcher:
         self._state = _FileState()
         self.current: LoadedPolicy = load_policy(self.path)  # a gateway must not start on a bad policy
         self.last_error: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask(self._run, name=f"policy-watcher:{self.path.name}")
 
     @property
     def reload_counts(self) -> dict[str, int]:
@@ -215,15 +215,10 @@ class PolicyWatcher:
         return self.reload()
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"policy-watcher:{self.path.name}")
+        self._task.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._task.stop()
 
     async def _run(self) -> None:
         while True:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.stats.live import LiveRecorder, Sample
+from gateway.tasks import BackgroundTask
 
 log = logging.getLogger(__name__)
 
@@ -136,18 +137,13 @@ class SnapshotSaver:
         self._state_dir = Path(state_dir)
         self._interval_s = interval_s
         self._keep = keep_per_cell
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask(self._run, name="stats-snapshot")
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="stats-snapshot")
+        self._task.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._task.stop()
         await self.save_now()
 
     async def save_now(self) -> None:

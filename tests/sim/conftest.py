@@ -76,6 +76,12 @@ def sse_events(raw: str) -> list[Any]:
     return events
 
 
+async def stream(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> list[Any]:
+    """POST a streaming request and return its parsed SSE events."""
+    async with http.post(url, json=body) as resp:
+        return sse_events(await resp.text())
+
+
 def streamed_text(events: list[Any], key: str = "content") -> str:
     text = ""
     for event in events:

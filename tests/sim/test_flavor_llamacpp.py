@@ -15,6 +15,7 @@ from tests.sim.conftest import (
     engine_spec,
     image_chat,
     sse_events,
+    stream,
     streamed_text,
 )
 
@@ -45,8 +46,7 @@ async def test_stream_sends_one_chunk_per_token_and_timings_with_drafts_on_the_l
         results = {}
         for name in fleet.names:
             body = chat(max_tokens=40, stream=True, stream_options={"include_usage": True}, temperature=0)
-            async with http.post(fleet.url(name) + "/v1/chat/completions", json=body) as resp:
-                results[name] = sse_events(await resp.text())
+            results[name] = await stream(http, fleet.url(name) + "/v1/chat/completions", body)
     plain, spec = results["plain"], results["spec"]
     assert plain[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     content_chunks = [e for e in plain[1:-3]]
@@ -254,8 +254,7 @@ async def test_completions_ids_start_with_chatcmpl_like_chat(
         body = {"prompt": "Once upon a time", "max_tokens": 4}
         reply = await (await http.post(fleet.url("e") + "/v1/completions", json=body)).json()
         stream_body = {**body, "stream": True}
-        async with http.post(fleet.url("e") + "/v1/completions", json=stream_body) as resp:
-            events = sse_events(await resp.text())
+        events = await stream(http, fleet.url("e") + "/v1/completions", stream_body)
     assert reply["object"] == "text_completion"
     assert re.fullmatch(r"chatcmpl-[A-Za-z0-9]{32}", reply["id"])
     assert all(e["id"].startswith("chatcmpl-") for e in events if isinstance(e, dict))
@@ -268,8 +267,8 @@ async def test_timings_ride_on_the_usage_chunk_with_include_usage_else_on_the_fi
         runs = {}
         for include in (True, False):
             body = chat(max_tokens=5, stream=True, stream_options={"include_usage": include})
-            async with http.post(fleet.url("e") + "/v1/chat/completions", json=body) as resp:
-                runs[include] = [e for e in sse_events(await resp.text()) if isinstance(e, dict)]
+            events = await stream(http, fleet.url("e") + "/v1/chat/completions", body)
+            runs[include] = [e for e in events if isinstance(e, dict)]
     with_usage, without = runs[True], runs[False]
     finish, usage_chunk = with_usage[-2], with_usage[-1]
     assert finish["choices"][0]["finish_reason"] == "length" and "timings" not in finish

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.sim.conftest import MODEL, SPEC, FleetFactory, chat, engine_spec, image_chat, sse_events
+from tests.sim.conftest import MODEL, SPEC, FleetFactory, chat, engine_spec, image_chat, sse_events, stream
 
 
 def sglang(name: str = "e", **overrides: object) -> dict[str, object]:
@@ -20,8 +20,7 @@ async def test_stream_keeps_null_fields_echoes_model_and_ends_with_usage_and_don
 ) -> None:
     async with twin(sglang()) as fleet:
         body = chat(model="anything", max_tokens=6, stream=True, stream_options={"include_usage": True})
-        async with http.post(fleet.url("e") + "/v1/chat/completions", json=body) as resp:
-            events = sse_events(await resp.text())
+        events = await stream(http, fleet.url("e") + "/v1/chat/completions", body)
     assert events[-1] == "[DONE]"
     first = events[0]
     assert first["model"] == "anything" and first["usage"] is None
@@ -37,8 +36,7 @@ async def test_continuous_usage_works_without_include_usage(
 ) -> None:
     async with twin(sglang()) as fleet:
         body = chat(max_tokens=3, stream=True, stream_options={"continuous_usage_stats": True})
-        async with http.post(fleet.url("e") + "/v1/chat/completions", json=body) as resp:
-            events = sse_events(await resp.text())
+        events = await stream(http, fleet.url("e") + "/v1/chat/completions", body)
     assert all(e["usage"] is not None for e in events[:-1])
     assert events[-2]["usage"]["completion_tokens"] == 3
 

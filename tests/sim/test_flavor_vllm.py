@@ -17,6 +17,7 @@ from tests.sim.conftest import (
     engine_spec,
     image_chat,
     sse_events,
+    stream,
     streamed_text,
 )
 
@@ -45,14 +46,11 @@ async def test_no_usage_chunk_unless_asked_and_continuous_usage_needs_include_us
 ) -> None:
     async with twin(engine_spec()) as fleet:
         url = fleet.url("e") + "/v1/chat/completions"
-        async with http.post(url, json=chat(max_tokens=4, stream=True)) as resp:
-            plain = sse_events(await resp.text())
+        plain = await stream(http, url, chat(max_tokens=4, stream=True))
         opts = {"continuous_usage_stats": True}
-        async with http.post(url, json=chat(max_tokens=4, stream=True, stream_options=opts)) as resp:
-            continuous_only = sse_events(await resp.text())
+        continuous_only = await stream(http, url, chat(max_tokens=4, stream=True, stream_options=opts))
         opts = {"include_usage": True, "continuous_usage_stats": True}
-        async with http.post(url, json=chat(max_tokens=4, stream=True, stream_options=opts)) as resp:
-            both = sse_events(await resp.text())
+        both = await stream(http, url, chat(max_tokens=4, stream=True, stream_options=opts))
     assert not any("usage" in e for e in plain[:-1] + continuous_only[:-1])
     assert all("usage" in e for e in both[:-1])
     assert both[0]["usage"]["completion_tokens"] == 0 and both[-2]["usage"]["completion_tokens"] == 4
@@ -248,8 +246,7 @@ async def test_speculative_and_plain_engines_give_identical_text(
         texts = {}
         for name in fleet.names:
             body = chat("Explain prefix caching.", max_tokens=80, temperature=0.0, stream=True)
-            async with http.post(fleet.url(name) + "/v1/chat/completions", json=body) as resp:
-                events = sse_events(await resp.text())
+            events = await stream(http, fleet.url(name) + "/v1/chat/completions", body)
             texts[name] = streamed_text(events)
             chunks = [
                 e

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from gateway.sim.flavors.observed import Observations
 from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
+from gateway.sim.flavors.shapes import chunk_object, envelope
 from gateway.sim.fleet import EngineSpec
 from gateway.sim.model import EngineStats
 from gateway.sim.text import OutputText, Prompt, chat_prompt, completion_prompt
@@ -141,8 +142,9 @@ class Flavor(ABC):
     def chunk(self, plan: RequestPlan, piece: Piece | None, finish: str | None, usage: JSON | None) -> JSON:
         """One stream chunk: a delta (chat) or text (completions), or the finish chunk when `finish`."""
 
-    @abstractmethod
-    def usage_chunk(self, plan: RequestPlan, usage: JSON) -> JSON: ...
+    def usage_chunk(self, plan: RequestPlan, usage: JSON) -> JSON:
+        """The usage-only chunk after the finish chunk (include_usage), as vLLM and SGLang send it."""
+        return envelope(plan, chunk_object(plan), [], usage)
 
     @abstractmethod
     def response(
@@ -174,6 +176,10 @@ class Flavor(ABC):
 
     def health_ok(self) -> web.Response:
         return web.Response(status=200)
+
+    async def health_alias(self, _: web.Request) -> web.StreamResponse:
+        """A handler for the flavor's other liveness paths, which answer exactly as /health does."""
+        return self.health_ok()
 
     def loading_response(self) -> web.Response | None:
         """What every path answers while the model loads, or None when the engine does not listen yet."""

@@ -14,6 +14,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from gateway.sim.flavors.observed import Histogram
+from gateway.sim.model import EngineStats
 
 
 class _Snapshot(Collector):
@@ -58,3 +59,8 @@ class Families:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Snapshot(self._families))
         return generate_latest(registry).decode()
+
+
+def kv_usage(stats: EngineStats) -> float:
+    """The used share of the KV-cache pool, 0..1, as both engines' usage gauges report it."""
+    return min(1.0, stats.kv_used_tokens / max(1, stats.kv_capacity_tokens))

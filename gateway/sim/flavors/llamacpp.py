@@ -19,6 +19,7 @@ from aiohttp import web
 
 from gateway.sim.flavors.base import JSON, EngineView, Flavor, Handler, Piece, RunSummary, unix_now
 from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
+from gateway.sim.flavors.shapes import chunk_object
 from gateway.sim.fleet import EngineSpec
 
 _ERROR_TYPES = {
@@ -34,6 +35,7 @@ _ID_CHARS = string.ascii_letters + string.digits
 
 
 class LlamaCppFlavor(Flavor):
+    # Flavor.check_request as it is: no model-name check in single-model mode, images need an mmproj.
     name = "llamacpp"
     listens_while_loading = True
     done_after_error = False
@@ -54,11 +56,6 @@ class LlamaCppFlavor(Flavor):
         planned = super().plan(req, spec, rng)
         self._ledger.record(planned, spec.perf.max_num_seqs)
         return planned
-
-    def check_request(self, req: ParsedRequest, spec: EngineSpec) -> None:
-        """The model name is not checked in single-model mode; images need a multimodal projector."""
-        if req.images and not spec.vision:
-            raise self.image_error(spec)
 
     def image_error(self, spec: EngineSpec) -> ApiError:
         # Raised as std::runtime_error inside the server, hence a 500 and not a 400.
@@ -135,14 +132,13 @@ class LlamaCppFlavor(Flavor):
         }
 
     def usage_chunk(self, plan: RequestPlan, usage: JSON) -> JSON:
-        kind = "chat.completion.chunk" if plan.request.endpoint == "chat" else "text_completion"
         return {
             "choices": [],
             "created": plan.created,
             "id": plan.request_id,
             "model": plan.response_model,
             "system_fingerprint": _BUILD,
-            "object": kind,
+            "object": chunk_object(plan),
             "usage": usage,
         }
 

@@ -10,18 +10,11 @@ import secrets
 from aiohttp import web
 
 from gateway.sim.flavors.base import JSON, EngineView, Flavor, Handler, Piece, unix_now
-from gateway.sim.flavors.exposition import Families
+from gateway.sim.flavors.exposition import Families, kv_usage
 from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
+from gateway.sim.flavors.shapes import EXCEPTION_ERROR_TYPES, envelope
 from gateway.sim.fleet import EngineSpec
 
-_ERROR_TYPES = {
-    "bad_request": "BadRequestError",
-    "context": "BadRequestError",
-    "not_found": "NotFoundError",
-    "server": "InternalServerError",
-    "unavailable": "ServiceUnavailableError",
-    "not_supported": "NotImplementedError",
-}
 # Speculative method names as SGLang's --speculative-algorithm spells them.
 _ALGORITHMS = {
     "ngram": "NGRAM",
@@ -81,7 +74,7 @@ class SglangFlavor(Flavor):
         return {
             "object": "error",
             "message": err.message,
-            "type": _ERROR_TYPES[err.kind],
+            "type": EXCEPTION_ERROR_TYPES[err.kind],
             "param": err.param,
             "code": err.status,
         }
@@ -124,25 +117,7 @@ class SglangFlavor(Flavor):
                 "matched_stop": matched,
             }
             kind = "text_completion"
-        return {
-            "id": plan.request_id,
-            "object": kind,
-            "created": plan.created,
-            "model": plan.response_model,
-            "choices": [choice],
-            "usage": usage,
-        }
-
-    def usage_chunk(self, plan: RequestPlan, usage: JSON) -> JSON:
-        kind = "chat.completion.chunk" if plan.request.endpoint == "chat" else "text_completion"
-        return {
-            "id": plan.request_id,
-            "object": kind,
-            "created": plan.created,
-            "model": plan.response_model,
-            "choices": [],
-            "usage": usage,
-        }
+        return envelope(plan, kind, [choice], usage)
 
     def response(
         self, plan: RequestPlan, content: str, reasoning: str | None, finish: str, usage: JSON
@@ -173,15 +148,7 @@ class SglangFlavor(Flavor):
                 "hidden_states": None,
             }
             kind = "text_completion"
-        return {
-            "id": plan.request_id,
-            "object": kind,
-            "created": plan.created,
-            "model": plan.response_model,
-            "choices": [choice],
-            "usage": usage,
-            "metadata": {"weight_version": "default"},
-        }
+        return {**envelope(plan, kind, [choice], usage), "metadata": {"weight_version": "default"}}
 
     def models(self, engine: EngineView) -> JSON:
         return {"object": "list", "data": [_card(engine.spec)]}
@@ -212,9 +179,6 @@ class SglangFlavor(Flavor):
         async def ready(_: web.Request) -> web.StreamResponse:
             return web.Response(status=200)
 
-        async def health_generate(_: web.Request) -> web.StreamResponse:
-            return self.health_ok()
-
         return [
             ("GET", "/model_info", model_info),
             ("GET", "/get_model_info", model_info),
@@ -222,7 +186,7 @@ class SglangFlavor(Flavor):
             ("GET", "/get_server_info", server_info),
             ("GET", "/v1/models/{model:.+}", model_card),
             ("GET", "/ready", ready),
-            ("GET", "/health_generate", health_generate),
+            ("GET", "/health_generate", self.health_alias),
         ]
 
     def metrics(self, engine: EngineView) -> str:
@@ -236,7 +200,7 @@ class SglangFlavor(Flavor):
         fam.gauge(
             "sglang:token_usage",
             "The token usage.",
-            min(1.0, stats.kv_used_tokens / max(1, stats.kv_capacity_tokens)),
+            kv_usage(stats),
         )
         fam.gauge("sglang:gen_throughput", "The generation throughput (token/s).", _gen_throughput(engine))
         fam.gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", 0.0)

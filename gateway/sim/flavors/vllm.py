@@ -9,18 +9,10 @@ import secrets
 from aiohttp import web
 
 from gateway.sim.flavors.base import JSON, EngineView, Flavor, Handler, Piece, unix_now
-from gateway.sim.flavors.exposition import Families
+from gateway.sim.flavors.exposition import Families, kv_usage
 from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
+from gateway.sim.flavors.shapes import EXCEPTION_ERROR_TYPES
 from gateway.sim.fleet import EngineSpec
-
-_ERROR_TYPES = {
-    "bad_request": "BadRequestError",
-    "context": "BadRequestError",
-    "not_found": "NotFoundError",
-    "server": "InternalServerError",
-    "unavailable": "ServiceUnavailableError",
-    "not_supported": "NotImplementedError",
-}
 
 
 class VllmFlavor(Flavor):
@@ -71,7 +63,7 @@ class VllmFlavor(Flavor):
         return {
             "error": {
                 "message": err.message,
-                "type": _ERROR_TYPES[err.kind],
+                "type": EXCEPTION_ERROR_TYPES[err.kind],
                 "param": err.param,
                 "code": err.status,
             }
@@ -108,17 +100,6 @@ class VllmFlavor(Flavor):
         if usage is not None:
             body["usage"] = usage
         return body
-
-    def usage_chunk(self, plan: RequestPlan, usage: JSON) -> JSON:
-        chat = plan.request.endpoint == "chat"
-        return {
-            "id": plan.request_id,
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": plan.created,
-            "model": plan.response_model,
-            "choices": [],
-            "usage": usage,
-        }
 
     def response(
         self, plan: RequestPlan, content: str, reasoning: str | None, finish: str, usage: JSON
@@ -221,14 +202,11 @@ class VllmFlavor(Flavor):
         async def load(_: web.Request) -> web.StreamResponse:
             return web.json_response({"server_load": 0})
 
-        async def ping(_: web.Request) -> web.StreamResponse:
-            return self.health_ok()
-
         return [
             ("GET", "/version", version),
             ("GET", "/load", load),
-            ("GET", "/ping", ping),
-            ("POST", "/ping", ping),
+            ("GET", "/ping", self.health_alias),
+            ("POST", "/ping", self.health_alias),
         ]
 
     def metrics(self, engine: EngineView) -> str:
@@ -241,7 +219,7 @@ class VllmFlavor(Flavor):
         fam.gauge(
             "vllm:kv_cache_usage_perc",
             "KV-cache usage. 1 means 100 percent usage.",
-            min(1.0, stats.kv_used_tokens / max(1, stats.kv_capacity_tokens)),
+            kv_usage(stats),
         )
         fam.counter(
             "vllm:num_preemptions",
