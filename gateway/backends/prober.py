@@ -17,7 +17,6 @@ Probes never generate tokens on vLLM and llama.cpp (/health is free there). SGLa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -43,15 +42,21 @@ class Prober:
         self._tasks = [asyncio.create_task(self._loop(name)) for name in self.registry.backends]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        pending = set(self._tasks)
+        while pending:
+            # Cancel again until every task is done: a cancel that lands as a probe's own client timeout
+            # fires is turned into that TimeoutError by aiohttp, and the loop would carry on probing.
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.1)
         self._tasks = []
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def timeouts_in_a_row(self, name: str) -> int:
+        """Probes of `name` that timed out since its last answered (or refused) probe."""
+        return self._timeouts.get(name, 0)
 
     async def _loop(self, name: str) -> None:
         state = self.registry.backends[name]

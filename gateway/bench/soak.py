@@ -152,9 +152,9 @@ async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random) -> 
             async with session.post(url + "/v1/chat/completions", json=body) as response:
                 raw = await response.read()
                 if response.status in (429, 503) and "retry-after" in response.headers:
-                    return "errors", f"{response.status} {_code(raw)}"
+                    return "errors", f"{response.status} {_code(raw)}{_causes(raw)}"
                 if response.status != 200:
-                    return "lost", f"{response.status} {_code(raw)}"
+                    return "lost", f"{response.status} {_code(raw)}{_causes(raw)}"
                 if b'"error"' in raw:
                     # the backend died mid-stream: an error frame, then the end
                     return "errors", "200 stream error frame"
@@ -172,6 +172,33 @@ def _code(raw: bytes) -> str:
         return str(json.loads(raw)["error"]["code"])
     except (ValueError, KeyError, TypeError):
         return "?"
+
+
+# How the gateway words each failed attempt ("e1: <why>") -> a short cause, for the breakdown.
+_CAUSES = (
+    ("ClientConnectorError", "refused"),
+    ("circuit breaker open", "breaker open"),
+    ("in time", "timeout"),
+    ("first-token timeout", "timeout"),
+    ("TimeoutError", "timeout"),
+    ("Disconnected", "reset"),
+    ("ClientOSError", "reset"),
+    ("HTTP ", "5xx"),
+)
+
+
+def _causes(raw: bytes) -> str:
+    """The causes of the failed attempts behind a gateway 5xx, e.g. " (refused, reset)": which failures
+    left the request with no backend, so a lost request says why it was not waited for."""
+    try:
+        message = str(json.loads(raw)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+    if "no backend answered:" not in message:
+        return ""
+    attempts = message.split("no backend answered:", 1)[1].split(";")
+    found = [next((cause for marker, cause in _CAUSES if marker in a), "other") for a in attempts]
+    return f" ({', '.join(sorted(found))})"
 
 
 class _Chaos:

@@ -32,6 +32,7 @@ from gateway.proxy.breaker import Outcome, Ticket, outcome_of
 from gateway.proxy.reliability import ERROR_SOURCE, Reliability, refusal_headers
 from gateway.proxy.stream import SseMeter
 from gateway.proxy.upstream import (
+    UpstreamConnectError,
     UpstreamError,
     UpstreamRefused,
     UpstreamResponse,
@@ -44,6 +45,9 @@ from gateway.stats.live import DeviceTime
 log = logging.getLogger("gateway.dispatch")
 
 _NO_BACKEND_LEFT = "no_backend_left"
+# A backend that reset the connection before answering is tried again after this pause: long enough for a
+# crash to show as a refused connection or a restart to reach the prober, short against a queue deadline.
+_RESET_RETRY_S = 0.25
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away before the answer"
 
 
@@ -121,6 +125,8 @@ class _Failed(Exception):
         self.status = status
         self.answer = answer  # a 5xx body and content type, passed through if it is the last one
         self.outcome: Outcome = "failure"  # for the breaker: a busy 503 or a 429 is back-pressure
+        # No proof of death (a reset before the answer, an open breaker): it may serve again soon.
+        self.may_recover = False
 
 
 class Dispatcher:
@@ -164,8 +170,9 @@ class Dispatcher:
     async def _attempts(self, job: Job, record: RequestRecord, send: Send, finished: list[bool]) -> None:
         last: _Failed | None = None
         tried: list[str] = []
+        may_recover: set[str] = set()  # candidates whose latest failure here proves no death
         while True:  # bounded by max_attempts and, when waiting for a comeback, the queue deadline
-            slot = await self._slot(job, tried)
+            slot = await self._slot(job, tried, may_recover)
             if isinstance(slot, Refused):
                 if last is None or slot.code != _NO_BACKEND_LEFT:
                     await self._refuse(job, record, send, finished, slot)
@@ -183,6 +190,10 @@ class Dispatcher:
                     "request %s: %s failed before the first byte: %s", job.request_id, backend, failed
                 )
                 last = failed
+                if failed.may_recover:
+                    may_recover.add(backend)
+                else:
+                    may_recover.discard(backend)
             finally:
                 if isinstance(slot, Slot):
                     slot.release()
@@ -199,14 +210,15 @@ class Dispatcher:
             body = error_body(last.status, f"no backend answered: {record.error}", "upstream_unavailable")
             await send_bytes(send, last.status, body, headers)
 
-    async def _slot(self, job: Job, tried: list[str]) -> Slot | Refused | str:
+    async def _slot(self, job: Job, tried: list[str], may_recover: set[str]) -> Slot | Refused | str:
         """Where the next attempt goes: an admission slot (waiting in the pool's queue when every
         acceptable backend is full or still warming up), or without admission the next ranked name."""
         remaining = [b for b in job.ranked if b not in tried]
-        if self.reliability is not None and not remaining:
-            return await self._comeback(job, self.reliability)
-        if not remaining or len(tried) >= self.max_attempts:
-            return Refused(502, _NO_BACKEND_LEFT, "no other backend can take this request", 1)
+        spent = not remaining or len(tried) >= self.max_attempts
+        if self.reliability is not None and spent:
+            return await self._comeback(job, self.reliability, may_recover)
+        if spent:
+            return _no_backend_left()
         if self.reliability is None:
             return remaining[0]
         if not tried:
@@ -216,14 +228,44 @@ class Dispatcher:
         left = _queue_time_left(job, self.reliability)
         return await self.reliability.admission.acquire(job.pool.model, ready or remaining, left)
 
-    async def _comeback(self, job: Job, reliability: Reliability) -> Slot | Refused:
-        """Every candidate failed: wait, within the request's queue deadline, for one that is down but
-        may come back (warming up, or restarting after a crash) to become ready."""
-        left = _queue_time_left(job, reliability)
-        hopeful = [b for b in job.ranked if self.registry.may_come_back(b)]
-        if not hopeful or left <= 0:
-            return Refused(502, _NO_BACKEND_LEFT, "no other backend can take this request", 1)
-        return await reliability.admission.acquire(job.pool.model, hopeful, left)
+    async def _comeback(self, job: Job, reliability: Reliability, may_recover: set[str]) -> Slot | Refused:
+        """Every candidate failed (or the attempts are spent): wait, within the request's queue deadline
+        (counted from its arrival), for a candidate that may serve again, and go there. A backend that is
+        down but may come back (warming up, restarting) is taken as soon as it is ready; one that reset
+        the connection before answering (it may be restarting, unseen yet) after a short pause; one
+        whose breaker is open once its cool-down lets a probe through. Nothing to wait for: the last
+        failure is the answer. The deadline passes: 503 `queue_timeout`, as for any queued request."""
+        while True:
+            left = _queue_time_left(job, reliability)
+            restarting = [b for b in job.ranked if self.registry.may_come_back(b)]
+            alive = [b for b in job.ranked if b in may_recover and self._is_ready(b)]
+            if left <= 0:
+                return _queue_timeout(reliability) if restarting or alive else _no_backend_left()
+            soon = [t for t in (self._retry_in(b, reliability) for b in alive) if t < left]
+            if not restarting and not soon:
+                return _no_backend_left()
+            pause = min(soon, default=left)
+            if restarting:
+                got = await reliability.admission.acquire(job.pool.model, restarting, pause)
+                if isinstance(got, Slot) or got.code != "queue_timeout":
+                    return got
+            else:
+                await asyncio.sleep(pause)
+            open_now = [b for b in alive if self._is_ready(b) and not reliability.breaker_open(b)]
+            slot = reliability.admission.try_acquire(open_now)
+            if slot is not None:
+                return slot
+
+    def _is_ready(self, backend: str) -> bool:
+        return self.registry.backends[backend].status is Status.READY
+
+    @staticmethod
+    def _retry_in(backend: str, reliability: Reliability) -> float:
+        """How long before a ready backend that failed without proof of death is worth another try."""
+        if backend in reliability.breakers and reliability.breaker_open(backend):
+            cooldown = reliability.breakers[backend].snapshot().retry_in_seconds
+            return cooldown if cooldown > 0 else _RESET_RETRY_S  # half-open, its probe taken
+        return _RESET_RETRY_S
 
     async def _refuse(
         self, job: Job, record: RequestRecord, send: Send, finished: list[bool], refused: Refused
@@ -241,7 +283,9 @@ class Dispatcher:
             return None
         ticket = self.reliability.breakers[backend].allow()
         if ticket is None:
-            raise _Failed("circuit breaker open", 503)
+            failed = _Failed("circuit breaker open", 503)
+            failed.may_recover = True  # its cool-down ends, then a probe goes through
+            raise failed
         return ticket
 
     async def _attempt(
@@ -256,8 +300,11 @@ class Dispatcher:
             raise
         except _Failed as failed:
             outcome = failed.outcome
-            if isinstance(failed.__cause__, UpstreamRefused):
+            cause = failed.__cause__
+            if isinstance(cause, UpstreamRefused):
                 self.registry.note_down(backend, str(failed))  # nothing listens: it is down, now
+            elif isinstance(cause, UpstreamConnectError):
+                failed.may_recover = True  # reset before the answer: it may be restarting, no proof
             raise
         finally:
             if ticket is not None and self.reliability is not None:
@@ -362,6 +409,16 @@ class Dispatcher:
                 observer(record)
             except Exception:  # a broken recorder must not break the request path
                 log.exception("request observer %r failed", observer)
+
+
+def _no_backend_left() -> Refused:
+    return Refused(502, _NO_BACKEND_LEFT, "no other backend can take this request", 1)
+
+
+def _queue_timeout(reliability: Reliability) -> Refused:
+    config = reliability.admission.config
+    message = f"no backend came back within the queue deadline of {config.queue_timeout_seconds:g}s"
+    return Refused(503, "queue_timeout", message, config.retry_after_seconds)
 
 
 def _queue_time_left(job: Job, reliability: Reliability) -> float:

@@ -5,8 +5,9 @@ routes and the metrics.
 - Readiness reaches admission through `on_status` (a registry listener): only ready backends give slots,
   and a backend that becomes ready serves the requests waiting for it at once.
 - `hopeful` turns the router's "nothing available now" into "what could serve once a backend has warmed
-  up or has room": starting backends count as ready and in-flight counts are ignored, so ingress can wait
-  in the bounded queue for those backends instead of refusing a request that could still be served.
+  up, has room or has cooled down": starting backends count as ready, in-flight counts are ignored and
+  open breakers count as closed (each lets a probe through after its cool-down), so ingress can wait in
+  the bounded queue for those backends instead of refusing a request that could still be served.
 """
 
 from __future__ import annotations
@@ -80,9 +81,11 @@ class Reliability:
 
 
 def hopeful(snapshots: Sequence[BackendSnapshot]) -> list[BackendSnapshot]:
-    """The pool as it will be once warming backends are ready and busy ones have room."""
+    """The pool as it will be once warming backends are ready, busy ones have room and open breakers
+    have cooled down (dispatch waits for the cool-down only when it ends before the queue deadline)."""
     return [
-        dataclasses.replace(s, ready=s.ready or s.starting, starting=False, inflight=0) for s in snapshots
+        dataclasses.replace(s, ready=s.ready or s.starting, starting=False, inflight=0, breaker_open=False)
+        for s in snapshots
     ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fault_rig import fleet_spec, rig
+from fault_rig import Rig, fleet_spec, rig
 
 from gateway.backends.registry import Status
 
@@ -15,13 +15,15 @@ SLOW_PROBES = {"interval_s": 0.1, "timeout_s": 0.2, "passive_window_s": 2.0, "ti
 
 
 async def test_probe_timeouts_do_not_kill_a_backend_that_serves_requests() -> None:
-    async with rig(fleet_spec("a"), probe=SLOW_PROBES) as r:
+    probe = {**SLOW_PROBES, "passive_window_s": 4.0}
+    async with rig(fleet_spec("a"), probe=probe) as r:
         assert (await r.chat()).status == 200  # it served just now
-        engine = r.fleet.engine("a")
-        engine.hang()
-        await asyncio.sleep(1.2)  # about four probe timeouts in a row, inside the passive window
+        r.fleet.engine("a").hang()
+        await _probe_timeouts(r, "a", 3)  # enough in a row to call it dead, were it not serving
+        serving = r.gateway.registry.served_within("a", 4.0)
         still = r.gateway.registry.backends["a"].status
-        await r.wait_status("a", Status.DEAD, timeout=5.0)  # once the window is over, it is dead
+        await r.wait_status("a", Status.DEAD, timeout=10.0)  # once the window is over, it is dead
+    assert serving, "the probes took longer than the passive window: the check below would say nothing"
     assert still is Status.READY
 
 
@@ -29,9 +31,16 @@ async def test_a_few_probe_timeouts_alone_are_no_proof_of_death() -> None:
     probe = {**SLOW_PROBES, "passive_window_s": 0.0, "timeouts_to_dead": 1000}
     async with rig(fleet_spec("a"), probe=probe) as r:
         r.fleet.engine("a").hang()
-        await asyncio.sleep(1.0)
+        await _probe_timeouts(r, "a", 4)
         status = r.gateway.registry.backends["a"].status
     assert status is Status.READY
+
+
+async def _probe_timeouts(r: Rig, backend: str, count: int) -> None:
+    """Wait for the probe timeouts themselves: a loaded host runs fewer probes in a given time."""
+    async with asyncio.timeout(10):
+        while r.gateway.prober.timeouts_in_a_row(backend) < count:
+            await asyncio.sleep(0.02)
 
 
 async def test_a_refused_connection_marks_the_backend_down_at_once() -> None:
@@ -64,3 +73,38 @@ async def test_a_crashed_backend_that_never_returns_ends_in_a_clear_503() -> Non
     assert answer.status == 503 and answer.json()["error"]["code"] == "queue_timeout"
     assert answer.headers["retry-after"] == "1"
     assert 0.5 < answer.seconds < 3.0
+
+
+async def test_a_request_reset_by_a_restarting_engine_waits_for_it() -> None:
+    async with rig(fleet_spec("a"), queue={"timeout_s": 10.0}) as r:
+        engine = r.fleet.engine("a")
+        engine.hang()
+        pending = asyncio.create_task(r.chat())
+        await asyncio.sleep(0.3)  # sent, waiting for an answer (first-token timeout 1 s)
+        await engine.restart()  # the connection is reset before any answer: no proof of death
+        answer = await asyncio.wait_for(pending, 10)
+    assert answer.status == 200 and answer.backend == "a"
+
+
+async def test_a_request_whose_only_backend_has_an_open_breaker_waits_for_the_cool_down() -> None:
+    breaker = {"failure_threshold": 1, "cooldown_s": 0.5}
+    async with rig(fleet_spec("a"), breaker=breaker, queue={"timeout_s": 10.0}) as r:
+        engine = r.fleet.engine("a")
+        engine.set_error_rate(1.0)
+        failed = await r.chat()  # a 5xx opens the breaker
+        engine.set_error_rate(0.0)
+        answer = await r.chat()
+    assert failed.status == 500
+    assert answer.status == 200 and answer.backend == "a"
+    assert answer.seconds > 0.2  # it waited for the cool-down rather than failing at once
+
+
+async def test_an_open_breaker_cooling_down_after_the_deadline_is_refused_at_once() -> None:
+    breaker = {"failure_threshold": 1, "cooldown_s": 30.0}
+    async with rig(fleet_spec("a"), breaker=breaker, queue={"timeout_s": 2.0}) as r:
+        engine = r.fleet.engine("a")
+        engine.set_error_rate(1.0)
+        await r.chat()
+        answer = await r.chat()
+    assert answer.status == 503 and answer.headers["retry-after"] == "1"
+    assert answer.seconds < 1.5  # no wait for a cool-down the deadline cannot reach
