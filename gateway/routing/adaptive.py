@@ -4,17 +4,23 @@ For every eligible backend, routing/predict.py predicts the profile's objective 
 would join (c = its own in-flight + 1, counted from dispatch, so a burst of arrivals sees each earlier one
 and the router does not herd; and whether another backend of its device is busy): TTFT for `ttft`, TTFT +
 requested output tokens x TPOT for `e2e`, 1 / TPOT for `tokens_per_second`. A request also slows down the
-requests already in flight on its device: its own backend's batch grows, and a neighbour that had the device
-to itself now shares the memory bandwidth. That extra time (predict.device_harm) is part of the cost:
+requests already in flight on its device: its own backend's batch grows, and a neighbour shares the
+memory bandwidth for as long as this request keeps its engine busy beyond the requests already there. That
+extra time (predict.device_harm) is part of the cost:
 
     cost = own objective + harm                       ttft, e2e (seconds)
     tok/s = out / (out * TPOT + harm)                 tokens_per_second (1 / TPOT when harm is 0)
-    harm = sum over the device's backends j with n_j in flight of n_j * min(r_j, D / TPOT_j') * ΔTPOT_j
-           (D: this request's predicted e2e; r_j: half j's mean output; ΔTPOT_j = TPOT_j' - TPOT_j, j's TPOT
-           after this request joins minus before)
+    harm = own batch + neighbours
+    own batch  = n_i * min(r_i, D / TPOT_i') * (TPOT_i(n_i + 1) - TPOT_i(n_i))
+    neighbour  = n_j * min(r_j, X / TPOT_j') * (TPOT_j(n_j, busy) - TPOT_j(n_j, alone))   per busy j != i
+    X          = max(0, D - E_i * n_i / (n_i + 1))    (n_i = 0: X = D, the request wakes engine i)
+           (D: this request's predicted e2e on engine i; E_i: i's mean e2e, so E_i * n_i / (n_i + 1) is the
+           expected longest remaining time of its n_i in-flight requests; r_j: half j's mean output;
+           TPOT_j': j's TPOT with this request in place; the busy/alone gap is learned from device_share)
 
-so a request on the idle engine of a shared device wins only when its own gain outweighs what it costs the
-busy one. Devices come from `backends[].device`; a backend without one is a device of its own.
+so a request that starts, or prolongs, one engine's busy period next to a busy one wins only when its own
+gain outweighs what the contention costs the other. Devices come from `backends[].device`; a backend
+without one is a device of its own.
 The window's error rate turns the value into the cost per *successful* request (a backend that fails half
 its requests takes twice as long per answer). Scores are then normalised across candidates:
 
@@ -255,6 +261,8 @@ class AdaptiveScorer:
                     "device_busy": p.device_busy,
                     "own_value": p.own_value,
                     "harm_s": p.harm,
+                    "harm_by_backend_s": dict(p.harm_by_backend),
+                    "busy_extension_s": p.extension,
                     "value": p.value,
                     "effective_value": decided.costs.get(p.backend),
                     "prior": decided.prior.get(p.backend),

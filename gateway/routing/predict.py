@@ -16,14 +16,21 @@ in-flight count and, optionally, the latest engine /metrics scrape. Formulas (do
 - Objective: ttft -> TTFT; e2e -> TTFT + max_output_tokens * TPOT; tokens_per_second -> 1 / TPOT (higher
   is better); each with the harm below added as time (see `_objective_value`).
 - Harm to the requests already in flight on the device (`device_harm`): the request lasts
-  D = TTFT + out * TPOT; for every backend j of the device with n_j > 0 requests in flight,
+  D = TTFT + out * TPOT on its engine i. Two parts, for the backends j of the device with n_j > 0 in flight:
 
-      harm = sum_j n_j * min(r_j, D / TPOT_j') * (TPOT_j' - TPOT_j)
+      own batch (j = i):    n_i * min(r_i, D / TPOT_i') * (TPOT_i(n_i + 1, z) - TPOT_i(n_i, z))
+      neighbour (j != i):   n_j * min(r_j, X / TPOT_j') * (TPOT_j(n_j, 1) - TPOT_j(n_j, 0))
+      X = max(0, D - R_i),  R_i = E_i * n_i / (n_i + 1)
 
-  with TPOT_j and TPOT_j' its TPOT before and after this request joins (its own backend: c -> c + 1; a
-  neighbour: z 0 -> 1, nothing when it already had a busy neighbour), fitted over all of j's samples
-  (any profile), and r_j = half j's mean output (an in-flight request is, on average, half done): each of
-  its requests decodes min(r_j, D / TPOT_j') tokens while this one runs, each TPOT_j' - TPOT_j slower.
+  X is how much longer engine i stays busy because of this request: its residence D beyond R_i, the
+  longest remaining time of the n_i requests already there (each has a remaining time spread evenly over
+  [0, E_i], E_i being i's mean e2e over all its samples, so the longest of n_i is expected at
+  E_i * n_i / (n_i + 1); an idle engine has R_i = 0, X = D). For X seconds the neighbour j shares the device
+  instead of having it to itself, so each of its requests decodes its tokens TPOT_j(n_j, 1) - TPOT_j(n_j, 0)
+  slower (the fitted contention term, learned from `device_share`). A neighbour that a third busy backend
+  keeps sharing the device anyway is not charged. TPOT_j' is j's TPOT with this request in place, fits are
+  over all of j's samples (any profile), r_j = half j's mean output (an in-flight request is half done, on
+  average) and n_j stands for the neighbour's load over the whole window. Separate devices: no neighbour.
 - Engine hint: fresh scrape with requests waiting -> TTFT += waiting * mean e2e / max(running, 1) (a slot
   frees about every mean_e2e / running seconds). Stale (older than the scraper's stale limit) or missing
   data is ignored, explicitly, and the "why" says so.
@@ -88,6 +95,8 @@ class Prediction:
     own_value: float | None = None  # the objective of this request alone
     harm: float = 0.0  # seconds this request adds to the requests in flight on its device
     device_busy: bool = False  # another backend on its device had requests in flight
+    extension: float = 0.0  # seconds this request keeps its engine busy beyond the requests already there
+    harm_by_backend: tuple[tuple[str, float], ...] = ()  # the harm's parts, per backend slowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,28 +198,52 @@ class DeviceLoad:
     model: CellModel  # fitted over all of this backend's samples, any profile
 
 
+def busy_extension(candidate: DeviceLoad, duration: float) -> float:
+    """Seconds a request lasting `duration` keeps `candidate` busy beyond its in-flight requests.
+
+        X = max(0, D - R),  R = E * n / (n + 1)      (E: mean e2e of the backend; n: its in-flight count)
+
+    R is the expected longest remaining time of n requests whose remaining times are spread evenly over
+    [0, E]; an idle backend has R = 0, so the whole request extends (starts) its busy period.
+    """
+    n = candidate.inflight
+    if n <= 0:
+        return max(duration, 0.0)
+    longest = candidate.model.mean_e2e * n / (n + 1)
+    return max(duration - longest, 0.0)
+
+
 def device_harm(
     candidate: str, duration: float, device: Sequence[DeviceLoad], min_samples: int = 5
 ) -> dict[str, float]:
     """Seconds a request on `candidate` lasting `duration` adds to each backend's in-flight requests.
 
-        harm_j = n_j * min(r_j, D / TPOT_j') * (TPOT_j' - TPOT_j)      (formula in the module docstring)
+        own batch:  harm_i = n_i * min(r_i, D / TPOT_i') * (TPOT_i(n_i + 1) - TPOT_i(n_i))
+        neighbour:  harm_j = n_j * min(r_j, X / TPOT_j') * (TPOT_j(n_j, busy) - TPOT_j(n_j, alone))
+                    X = busy_extension(candidate, D)           (formulas in the module docstring)
 
     Backends without in-flight requests or without a TPOT fit over min_samples samples add nothing.
     """
+    me = next((d for d in device if d.backend == candidate), None)
+    extension = duration if me is None else busy_extension(me, duration)
+    busy = {d.backend for d in device if d.inflight > 0}
     harm: dict[str, float] = {}
     for j in device:
         fit = j.model.tpot
         if j.inflight <= 0 or fit is None or j.model.samples < min_samples:
             continue
-        if j.backend == candidate:  # its own batch grows by one
+        if j.backend == candidate:  # its own batch grows by one, for the whole request
             before, after = fit.at(j.inflight, j.device_busy), fit.at(j.inflight + 1, j.device_busy)
-        else:  # a neighbour that was alone on the device no longer is
-            before, after = fit.at(j.inflight, j.device_busy), fit.at(j.inflight, True)
-        if after <= before:
+            window = duration
+        elif busy - {j.backend, candidate}:  # a third busy backend keeps it sharing the device anyway
+            continue
+        else:  # shares the device for the extra time the candidate stays busy, instead of having it alone
+            before, after = fit.at(j.inflight, False), fit.at(j.inflight, True)
+            window = extension
+        if after <= before or window <= 0:
             continue
         remaining = j.model.mean_output_tokens / 2  # an in-flight request is half done, on average
-        harm[j.backend] = j.inflight * min(remaining, duration / after) * (after - before)
+        harm[j.backend] = j.inflight * min(remaining, window / after) * (after - before)
     return harm
 
 
@@ -296,8 +329,12 @@ def predict_with_model(
     tpot = model.tpot.at(c, device_busy) if model.tpot else None
     out = max_output_tokens or round(model.mean_output_tokens) or cfg.default_output_tokens
     harms: dict[str, float] = {}
+    extension = 0.0
     if tpot is not None and device:
-        harms = device_harm(backend, (ttft or 0.0) + out * tpot, device, cfg.min_samples)
+        duration = (ttft or 0.0) + out * tpot
+        me = next((d for d in device if d.backend == backend), None)
+        extension = duration if me is None else busy_extension(me, duration)
+        harms = device_harm(backend, duration, device, cfg.min_samples)
     harm = sum(harms.values())
     own = _objective_value(objective, ttft, tpot, out)
     value = _objective_value(objective, ttft, tpot, out, harm)
@@ -306,9 +343,11 @@ def predict_with_model(
     why = f"{measured}, predicted at c={c}, {neighbour}: {_describe(ttft, tpot)}; {hint_why}"
     if harms:
         parts = ", ".join(f"{name} +{seconds:.3g} s" for name, seconds in harms.items())
+        why += f"; keeps {backend} busy {extension:.3g} s beyond its in-flight requests"
         why += f"; slows the device's in-flight requests by {harm:.3g} s ({parts})"
     return Prediction(
-        backend, objective, c, model.samples, ttft, tpot, value, higher, why, own, harm, device_busy
+        backend, objective, c, model.samples, ttft, tpot, value, higher, why, own, harm, device_busy,
+        extension, tuple(harms.items()),
     )
 
 
