@@ -16,7 +16,8 @@ from gateway import __version__, commands
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spark-gateway", description=__doc__.splitlines()[0] if __doc__ else None)
+    summary = __doc__.splitlines()[0] if __doc__ else None
+    parser = argparse.ArgumentParser(prog="spark-gateway", description=summary)
     parser.add_argument("--version", action="version", version=f"spark-gateway {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
