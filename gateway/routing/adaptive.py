@@ -38,9 +38,10 @@ gets the request with probability epsilon (predict.pick_exploration; seeded RNG,
 counts as max(its samples, the explorations sent to it within the window): requests still in flight count,
 so a burst of arrivals cannot explore more than min_samples times before the first answer is recorded. The
 total cost is at most min_samples requests per backend x profile per window. Exploration that would wake an
-idle engine next to a busy one on the same device (every request in flight there slows down while it runs)
-is kept only with probability `contended_share`: it waits, most of the time, for a cheap moment (the
-engine already busy, or the device idle), and still happens if none comes.
+idle engine next to n busy requests on the same device (every one of them slows down while it runs) is
+kept only with probability `contended_share` / n, so the expected slow-down it causes per draw does not grow
+with the neighbour's load: it waits, most of the time, for a cheap moment (the engine already busy, or the
+device idle), and still happens if none comes.
 
 `verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
 (cached fits, engine hints) and satisfies the router's `Scorer` protocol under the name "objective".
@@ -80,8 +81,9 @@ class AdaptiveConfig:
     min_samples: int = 5
     epsilon: float = 0.25
     tolerance: float = 0.25  # relative gap that takes the whole score range
-    # Share of explorations kept when exploring would wake an idle engine next to a busy one on its device
-    # (every in-flight request there then runs slower): such explorations are deferred, not forbidden.
+    # Share of explorations kept when exploring would wake an idle engine next to one busy request on its
+    # device, divided by the number of requests it would slow (every one of them runs slower while it
+    # lasts), so the expected slow-down per deferred draw is the same at any load: deferred, not forbidden.
     contended_share: float = 0.2
 
 
@@ -214,13 +216,14 @@ class AdaptiveScorer:
             explored = pick_exploration(
                 counts, self.rng, min_samples=self.config.min_samples, epsilon=self.config.epsilon
             )
-            if explored is not None and self._contended(explored.backend, backends):
-                if self.rng.random() >= self.config.contended_share:
+            slowed = self._contended(explored.backend, backends) if explored is not None else 0
+            if explored is not None and slowed:
+                kept = self.config.contended_share / slowed
+                if self.rng.random() >= kept:
                     explored = None
                 else:
-                    kept = self.config.contended_share
-                    explored = replace(explored, why=f"{explored.why}; wakes it next to a busy neighbour "
-                                       f"(kept with p={kept:g})")
+                    explored = replace(explored, why=f"{explored.why}; wakes it next to {slowed} busy "
+                                       f"request(s) on its device (kept with p={kept:.3g})")
             if explored is not None:
                 self._remember_exploration(explored.backend, profile, now)
         errors = {name: cell.error_rate for name, cell in cells.items()}
@@ -304,15 +307,15 @@ class AdaptiveScorer:
             loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model)
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
 
-    def _contended(self, backend: str, backends: Sequence[BackendSnapshot]) -> bool:
-        """Exploring `backend` now would start it next to a busy neighbour: the device's in-flight requests
-        all slow down for the whole exploration. Exploring an engine already busy, or an idle device, does
-        not add contention, so it is the cheap moment to measure."""
+    def _contended(self, backend: str, backends: Sequence[BackendSnapshot]) -> int:
+        """How many in-flight requests exploring `backend` now would slow down: those of its device's busy
+        neighbours when it would start next to them (each one slows for the whole exploration), else 0.
+        Exploring an engine already busy, or an idle device, adds no contention: the cheap moment."""
         inflight = {b.name: b.inflight for b in backends}
         if inflight.get(backend, 0) > 0:
-            return False
+            return 0
         members = device_members(backends, self.devices)[backend]
-        return any(inflight[o] > 0 for o in members if o != backend)
+        return sum(inflight[o] for o in members if o != backend)
 
     def _explorations(self, backend: str, profile: str, now: float) -> int:
         sent = self._explored.get((backend, profile))

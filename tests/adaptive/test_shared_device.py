@@ -113,7 +113,7 @@ def test_device_time_counts_only_the_time_a_neighbour_was_busy() -> None:
 
 
 def test_exploration_waits_for_a_moment_when_it_does_not_slow_the_busy_engine() -> None:
-    def explored(x_inflight: int, y_inflight: int, devices: dict[str, str]) -> int:
+    def explored(x_inflight: int, y_inflight: int, devices: dict[str, str], routes: int = 20) -> int:
         recorder = LiveRecorder(clock=lambda: 1_000_000.0)
         for sample in samples(0.020):
             recorder.record("x", "default", sample)
@@ -122,10 +122,29 @@ def test_exploration_waits_for_a_moment_when_it_does_not_slow_the_busy_engine() 
         router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
         body = {"model": "m", "prompt": "hi", "max_tokens": 8}
         pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y", inflight=y_inflight)]
-        return sum(router.route("completions", body, pool).ranked[0] == "y" for _ in range(20))
+        return sum(router.route("completions", body, pool).ranked[0] == "y" for _ in range(routes))
 
     shared = {"x": "spark", "y": "spark"}
     assert explored(14, 0, shared) < 5  # y idle next to a busy x: waking it slows x's 14 requests
-    assert explored(14, 0, shared) >= 1  # deferred, not forbidden: the cell still gets measured
+    # deferred, not forbidden: kept with p = 0.2 / 14 per draw, the cell still gets measured
+    assert explored(14, 0, shared, routes=2000) >= 1
     assert explored(14, 3, shared) == 5  # y already busy: no new contention, explored at the usual rate
     assert explored(14, 0, {}) == 5  # separate devices: exploring costs the busy one nothing
+
+
+def test_deferred_exploration_is_kept_less_often_the_more_requests_it_would_slow() -> None:
+    def kept(x_inflight: int) -> int:
+        recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+        for sample in samples(0.020):
+            recorder.record("x", "default", sample)
+        scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.5, min_samples=1000),
+                                rng=random.Random(11), devices={"x": "spark", "y": "spark"})
+        router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+        body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+        pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
+        return sum(router.route("completions", body, pool).ranked[0] == "y" for _ in range(4000))
+
+    # 4000 draws, half of them exploring y; kept with p = 0.2 / n: ~400 next to 1 request, ~25 next to 16.
+    one, sixteen = kept(1), kept(16)
+    assert 300 < one < 500
+    assert 5 < sixteen < 60
