@@ -12,7 +12,6 @@ import asyncio
 import json
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -22,8 +21,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-import uvicorn
 import yaml
+from loopback import serve_asgi
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import build_app, build_gateway
@@ -429,26 +428,10 @@ def _names_in(text: str) -> set[str]:
     return names
 
 
-def _free_socket() -> socket.socket:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    return sock
-
-
 @asynccontextmanager
 async def _serving(settings: Settings) -> AsyncIterator[str]:
-    app = build_app(build_gateway(settings))
-    sock = _free_socket()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
+    async with serve_asgi(build_app(build_gateway(settings))) as (url, _):
+        yield url
 
 
 def _over_twin(urls: dict[str, str], state_dir: Path) -> Settings:

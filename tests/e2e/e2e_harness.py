@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 import httpx
 import openai
-import uvicorn
+from loopback import serve_asgi
 from openai.types.chat import ChatCompletionContentPartParam, ChatCompletionMessageParam
 
 from gateway.app import Gateway, build_app, build_gateway
@@ -86,19 +85,8 @@ async def gateway_over_fleet(
 
 @contextlib.asynccontextmanager
 async def _serving(gateway: Gateway) -> AsyncIterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_app(gateway), log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
+    async with serve_asgi(build_app(gateway)) as (url, _):
+        yield url
 
 
 async def _wait_ready(http: httpx.AsyncClient, gateway: Gateway) -> None:

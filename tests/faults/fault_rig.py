@@ -5,7 +5,6 @@ Every wait is bounded; the fleet and the gateway are always stopped."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 import uvicorn
+from loopback import serve_asgi
 
 from gateway.app import Gateway, build_app, build_gateway
 from gateway.backends.registry import Status
@@ -116,19 +116,8 @@ class Answer:
 @asynccontextmanager
 async def serve_gateway(settings: Settings) -> AsyncIterator[tuple[str, Gateway, uvicorn.Server]]:
     gateway = build_gateway(settings)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_app(gateway), log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", gateway, server
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 15)
-        sock.close()
+    async with serve_asgi(build_app(gateway)) as (url, server):
+        yield url, gateway, server
 
 
 @asynccontextmanager

@@ -4,7 +4,6 @@ ephemeral ports of 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -12,8 +11,8 @@ from typing import Any
 
 import aiohttp
 import orjson
-import uvicorn
 from aiohttp import web
+from loopback import serve_asgi
 
 from gateway.app import Gateway, build_app, build_gateway
 from gateway.settings import Settings
@@ -153,24 +152,11 @@ async def running_gateway(
     settings: Settings, wait_ready: bool = True, **kw: Any
 ) -> AsyncIterator[tuple[str, Gateway]]:
     gateway = build_gateway(settings, **kw)
-    app = build_app(gateway)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
-            if wait_ready:
+    async with serve_asgi(build_app(gateway)) as (url, _):
+        if wait_ready:
+            async with asyncio.timeout(10):
                 await wait_until_ready(url)
         yield url, gateway
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
 
 
 async def wait_until_ready(url: str, timeout: float = 10.0) -> None:
