@@ -33,15 +33,16 @@ The prior is the policy's `prefer` order (the preference scorer's formula): with
 scores *are* the prior, so a fresh gateway routes like the static policy and measurements take over cell by
 cell. `tolerance` keeps noise from flipping decisions: a 5 % gap moves the score by 0.15, not by 1.
 
-Exploration (bounded): while some eligible backend has fewer than min_samples samples for the profile, it
-gets the request with probability epsilon (predict.pick_exploration; seeded RNG, so decisions replay). A cell
-counts as max(its samples, the explorations sent to it within the window): requests still in flight count,
-so a burst of arrivals cannot explore more than min_samples times before the first answer is recorded. The
-total cost is at most min_samples requests per backend x profile per window. Exploration that would wake an
-idle engine next to n busy requests on the same device (every one of them slows down while it runs) is
-kept only with probability `contended_share` / n, so the expected slow-down it causes per draw does not grow
-with the neighbour's load: it waits, most of the time, for a cheap moment (the engine already busy, or the
-device idle), and still happens if none comes.
+Exploration (bounded): while some eligible backend other than the predicted winner (which its own traffic
+measures) has fewer than min_samples samples for the profile, it gets the request with probability epsilon
+(predict.pick_exploration; seeded RNG, so decisions replay). A cell counts as max(its samples, the
+explorations sent to it within the window): requests still in flight count, so a burst of arrivals cannot
+explore more than min_samples times before the first answer is recorded. The total cost is at most
+min_samples requests per backend x profile per window. Exploration that would wake an idle engine next to n
+busy requests on the same device (every one of them slows down while it runs) is kept only with probability
+`contended_share` / n, so the expected slow-down it causes per draw does not grow with the neighbour's load:
+it waits, most of the time, for a cheap moment (the engine already busy, or the device idle), and still
+happens if none comes.
 
 `verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
 (cached fits, engine hints) and satisfies the router's `Scorer` protocol under the name "objective".
@@ -210,9 +211,18 @@ class AdaptiveScorer:
         cells = {b.name: self._cell(b.name, profile, now) for b in backends}
         device = self._device_loads(backends, now)
         predictions = [self._prediction(ctx, b, cells[b.name].model, device[b.name]) for b in backends]
+        errors = {name: cell.error_rate for name, cell in cells.items()}
+        prior = self._prior.score(ctx, backends)
+        decided = verdict(predictions, errors, prior, None, self.config.tolerance)
         explored = None
         if self.config.epsilon > 0:
-            counts = {n: max(cell.count, self._explorations(n, profile, now)) for n, cell in cells.items()}
+            # The backend that wins anyway is measured by its own traffic: exploring it would waste a draw.
+            winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
+            counts = {
+                name: max(cell.count, self._explorations(name, profile, now))
+                for name, cell in cells.items()
+                if name != winner
+            }
             explored = pick_exploration(
                 counts, self.rng, min_samples=self.config.min_samples, epsilon=self.config.epsilon
             )
@@ -226,9 +236,8 @@ class AdaptiveScorer:
                                        f"request(s) on its device (kept with p={kept:.3g})")
             if explored is not None:
                 self._remember_exploration(explored.backend, profile, now)
-        errors = {name: cell.error_rate for name, cell in cells.items()}
-        prior = self._prior.score(ctx, backends)
-        return verdict(predictions, errors, prior, explored, self.config.tolerance)
+                return verdict(predictions, errors, prior, explored, self.config.tolerance)
+        return decided
 
     def without_exploration(self) -> AdaptiveScorer:
         """The same scorer and caches with exploration off: explain previews without drawing the RNG."""

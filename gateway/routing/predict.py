@@ -34,6 +34,9 @@ in-flight count and, optionally, the latest engine /metrics scrape. Formulas (do
 - Engine hint: fresh scrape with requests waiting -> TTFT += waiting * mean e2e / max(running, 1) (a slot
   frees about every mean_e2e / running seconds). Stale (older than the scraper's stale limit) or missing
   data is ignored, explicitly, and the "why" says so.
+- Regime change (`fit_current`): when a cell's newest 5 points all sit more than 2x above (or below) the
+  fit of the points before them, at loads those points covered, the fit restarts from the trailing run, so
+  a backend that slows down is noticed after 5 samples however long its window.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from gateway.stats.live import LiveRecorder, Sample
 
 Objective = Literal["ttft", "e2e", "tokens_per_second"]
 OBJECTIVES: tuple[Objective, ...] = ("ttft", "e2e", "tokens_per_second")
+LoadPoint = tuple[float, float, float]  # (concurrency, device share, value)
 MAX_EPSILON = 0.5  # exploration never takes more than half of a profile's traffic, whatever the policy says
 
 
@@ -160,6 +164,39 @@ def fit_load(points: Sequence[tuple[float, float, float]]) -> Fit | None:
     return Fit(my - b * mc - g * mz, b, low_c, min(y for _, _, y in points), g)
 
 
+def fit_current(points: Sequence[LoadPoint], run: int = 5, factor: float = 2.0) -> Fit | None:
+    """fit_load over the points of the engine's current regime, oldest point first.
+
+    A window of 256 samples remembers a backend that has since slowed down (a throttled GPU, a restart with
+    another config, a new tenant): a fit over all of it would need about as many new samples as old ones to
+    notice. So when the newest `run` points all sit more than `factor` above the fit of the points before
+    them (or all below it by as much), at a concurrency and device share those points already covered, the
+    engine changed: the fit restarts from the trailing points that differ the same way. A burst at a load
+    never measured before is not a change (the fit may simply not extrapolate that far), nor is noise on
+    both sides.
+    """
+    older = points[:-run]
+    before = fit_load(older) if len(older) >= run else None
+    if before is None:
+        return fit_load(points)
+    c_low, c_high = min(c for c, _, _ in older), max(c for c, _, _ in older)
+    z_low, z_high = min(z for _, z, _ in older), max(z for _, z, _ in older)
+
+    def side(point: LoadPoint) -> int:
+        c, z, y = point
+        if not (c_low <= c <= c_high and z_low - 0.25 <= z <= z_high + 0.25):
+            return 0
+        expected = max(before.intercept + before.slope * c + before.contention * z, before.floor)
+        return 1 if y > factor * expected else -1 if y * factor < expected else 0
+
+    sides = [side(point) for point in reversed(points)]
+    first = sides[0]
+    length = next((i for i, s in enumerate(sides) if s != first), len(sides))
+    if first == 0 or length < run:
+        return fit_load(points)
+    return fit_load(points[-length:])
+
+
 def _queue_penalty(hint: EngineHint | None, mean_e2e: float, config: PredictConfig) -> tuple[float, str]:
     if hint is None:
         return 0.0, "no engine metrics: gateway-side only"
@@ -269,8 +306,8 @@ def build_model(samples: Sequence[Sample]) -> CellModel:
     span = str(levels[0]) if len(levels) == 1 else f"{levels[0]}..{levels[-1]}"
     return CellModel(
         samples=len(ok),
-        ttft=fit_load(ttft_points),
-        tpot=fit_load(tpot_points),
+        ttft=fit_current(ttft_points),
+        tpot=fit_current(tpot_points),
         mean_e2e=sum(s.e2e for s in ok) / len(ok),
         mean_output_tokens=sum(s.output_tokens for s in ok) / len(ok),
         levels=span,

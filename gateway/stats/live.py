@@ -199,11 +199,12 @@ class LiveRecorder:
         return tuple(self.version(b, p, at) for b, p in list(self._cells) if b == backend)
 
     def backend_samples(self, backend: str, now: float | None = None) -> tuple[Sample, ...]:
-        """Every live sample of `backend`, all profiles together (what the device does to it is not
-        specific to a profile)."""
+        """Every live sample of `backend`, all profiles together, oldest first (what the device does to it
+        is not specific to a profile)."""
         at = self._now(now)
         keys = [key for key in self._cells if key[0] == backend]
-        return tuple(sample for b, p in keys for sample in self.samples(b, p, at))
+        entries = sorted((e for b, p in keys for e in self.entries(b, p, at)), key=lambda e: e[0])
+        return tuple(sample for _, sample in entries)
 
     def summary(self, backend: str, profile: str, now: float | None = None) -> CellSummary:
         at = self._now(now)

@@ -65,20 +65,26 @@ def fleet_spec(name: str) -> FleetSpec:
 
 @contextlib.asynccontextmanager
 async def gateway_over_fleet(
-    name: str, *, time_scale: float = TIME_SCALE, policy: Path | None = None
+    fleet: str | FleetSpec,
+    *,
+    time_scale: float = TIME_SCALE,
+    policy: Path | None = None,
+    state_dir: Path | None = None,
 ) -> AsyncIterator[Stack]:
-    spec = fleet_spec(name)
-    async with TwinFleet(spec, time_scale=time_scale, ephemeral_ports=True) as fleet:
-        await fleet.wait_ready(timeout_s=10)
-        settings = settings_for_fleet(spec, {n: fleet.url(n) for n in fleet.names})
-        if policy is not None:
-            settings = settings.model_copy(update={"policy": policy})
+    """`fleet`: a shipped fleet's name, or a spec built by the test. `state_dir` (live-measurement
+    snapshots): give a fresh one for a gateway that must start with no samples."""
+    spec = fleet_spec(fleet) if isinstance(fleet, str) else fleet
+    async with TwinFleet(spec, time_scale=time_scale, ephemeral_ports=True) as twins:
+        await twins.wait_ready(timeout_s=10)
+        settings = settings_for_fleet(spec, {n: twins.url(n) for n in twins.names})
+        overrides: dict[str, Any] = {"policy": policy, "state_dir": state_dir}
+        settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
         gateway = build_gateway(settings)
         async with _serving(gateway) as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
             await _wait_ready(http, gateway)
             client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30)
             try:
-                yield Stack(fleet, gateway, url, client, http, spec.engines[0].served_model_name)
+                yield Stack(twins, gateway, url, client, http, spec.engines[0].served_model_name)
             finally:
                 await client.close()
 
