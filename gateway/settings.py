@@ -122,7 +122,6 @@ class MeasurementConfig(_Strict):
     min_samples: int = Field(default=5, ge=1, description="samples a cell needs before it predicts")
     # Exploration stops once a cell has min_samples, so this only sets how soon the cost is paid.
     explore_epsilon: float = Field(default=0.25, ge=0, le=0.5)
-    seed: int = 0
 
 
 class Settings(BaseSettings):

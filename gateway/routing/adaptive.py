@@ -31,17 +31,24 @@ its requests takes twice as long per answer). Scores are then normalised across 
 
 The prior is the policy's `prefer` order (the preference scorer's formula): with no predictions at all the
 scores *are* the prior, so a fresh gateway routes like the static policy and measurements take over cell by
-cell. `tolerance` keeps noise from flipping decisions: a 5 % gap moves the score by 0.15, not by 1.
+cell. `tolerance` keeps noise from flipping decisions: a 5 % gap moves the score by 0.15, not by 1. For a
+`tokens_per_second` profile a backend whose cell is still under min_samples borrows its all-profile fit:
+decode speed at a load is the engine's, whatever the prompt, so one already measured elsewhere is not
+ranked blind (a TTFT or e2e objective depends on the profile's prompts, and waits for its own samples).
 
-Exploration (bounded): while some eligible backend other than the predicted winner (which its own traffic
-measures) has fewer than min_samples samples for the profile, it gets the request with probability epsilon
-(predict.pick_exploration; seeded RNG, so decisions replay). A cell counts as max(its samples, the
-explorations sent to it within the window): requests still in flight count, so a burst of arrivals cannot
-explore more than min_samples times before the first answer is recorded. The total cost is at most
-min_samples requests per backend x profile per window. Exploration that would wake an idle engine next to n
-busy requests on the same device (every one of them slows down while it runs) is kept only with probability
-`contended_share` / n, so the expected slow-down it causes per draw does not grow with the neighbour's load:
-it waits, most of the time, for a cheap moment (the engine already busy, or the device idle), and still
+Exploration (bounded, paced): while some eligible backend other than the predicted winner (its own traffic
+measures that one) has fewer than min_samples samples for the profile, a share epsilon of the profile's
+requests goes, evenly spaced, to the least measured of them (predict.pick_exploration: a credit of epsilon
+per request, spent at 1; no random draw, so a cell is measured within min_samples / epsilon requests and
+decisions replay exactly). A cell counts as max(its samples, the explorations sent to it within the window):
+requests still in flight count, so a burst of arrivals cannot explore more than min_samples times before the
+first answer is recorded. The total cost is at most min_samples requests per backend x profile per window.
+On a shared device an exploration slows the other engines' requests: as many as they run, counted as the
+larger of their in-flight requests now and the mean load their newest requests met (an engine between two
+requests of a steady stream is not idle), times the share of the exploration that keeps its engine busy
+beyond the n requests it already runs (1 / (n + 1)). Credit then accrues at only `contended_share` / that
+count of the usual rate, so the slow-down exploring causes per request does not grow with the neighbour's
+load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
 happens if none comes.
 
 `verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
@@ -50,7 +57,6 @@ happens if none comes.
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -59,6 +65,7 @@ from typing import Any
 from gateway.backends.scraper import MetricsScraper
 from gateway.routing.context import RouteContext
 from gateway.routing.predict import (
+    MAX_EPSILON,
     CellModel,
     DeviceLoad,
     Exploration,
@@ -187,18 +194,17 @@ class AdaptiveScorer:
         *,
         scraper: MetricsScraper | None = None,
         config: AdaptiveConfig | None = None,
-        rng: random.Random | None = None,
         cache: ModelCache | None = None,
         devices: Mapping[str, str] | None = None,
     ) -> None:
         self.recorder = recorder
         self.scraper = scraper
         self.config = config or AdaptiveConfig()
-        self.rng = rng or random.Random(0)
         self.cache = cache or ModelCache()
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
         self._counts: dict[tuple[str, str], tuple[int, int, int]] = {}  # key -> (version, count, errors)
         self._explored: dict[tuple[str, str], deque[float]] = {}  # key -> when explorations were sent
+        self._credit: dict[str, float] = {}  # profile -> exploration credit (predict.pick_exploration)
         self._predict = PredictConfig(min_samples=self.config.min_samples)
         self._prior = PreferenceScorer()
 
@@ -210,42 +216,63 @@ class AdaptiveScorer:
         profile = ctx.profile.name
         cells = {b.name: self._cell(b.name, profile, now) for b in backends}
         device = self._device_loads(backends, now)
-        predictions = [self._prediction(ctx, b, cells[b.name].model, device[b.name]) for b in backends]
+        predictions = [
+            self._prediction(ctx, b, self._model(ctx, b.name, cells[b.name], device[b.name]), device[b.name])
+            for b in backends
+        ]
         errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = self._prior.score(ctx, backends)
         decided = verdict(predictions, errors, prior, None, self.config.tolerance)
-        explored = None
-        if self.config.epsilon > 0:
-            # The backend that wins anyway is measured by its own traffic: exploring it would waste a draw.
-            winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
-            counts = {
-                name: max(cell.count, self._explorations(name, profile, now))
-                for name, cell in cells.items()
-                if name != winner
-            }
-            explored = pick_exploration(
-                counts, self.rng, min_samples=self.config.min_samples, epsilon=self.config.epsilon
-            )
-            slowed = self._contended(explored.backend, backends) if explored is not None else 0
-            if explored is not None and slowed:
-                kept = self.config.contended_share / slowed
-                if self.rng.random() >= kept:
-                    explored = None
-                else:
-                    explored = replace(explored, why=f"{explored.why}; wakes it next to {slowed} busy "
-                                       f"request(s) on its device (kept with p={kept:.3g})")
-            if explored is not None:
-                self._remember_exploration(explored.backend, profile, now)
-                return verdict(predictions, errors, prior, explored, self.config.tolerance)
+        if explored := self._explore(profile, backends, cells, decided, device, now):
+            return verdict(predictions, errors, prior, explored, self.config.tolerance)
         return decided
 
+    def _explore(
+        self,
+        profile: str,
+        backends: Sequence[BackendSnapshot],
+        cells: Mapping[str, CellView],
+        decided: Verdict,
+        device: Mapping[str, Sequence[DeviceLoad]],
+        now: float,
+    ) -> Exploration | None:
+        """The exploration due now for this profile, if any (pacing in predict.pick_exploration)."""
+        if self.config.epsilon <= 0:
+            return None
+        # The backend that wins anyway is measured by its own traffic: exploring it would waste a turn.
+        winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
+        counts = {
+            name: max(cell.count, self._explorations(name, profile, now))
+            for name, cell in cells.items()
+            if name != winner
+        }
+        slowed: dict[str, float] = {}
+
+        def share(backend: str) -> float:
+            slowed[backend] = self._contended(backend, backends, device[backend])
+            return min(1.0, self.config.contended_share / slowed[backend]) if slowed[backend] else 1.0
+
+        explored, self._credit[profile] = pick_exploration(
+            counts,
+            self._credit.get(profile, 0.0),
+            min_samples=self.config.min_samples,
+            epsilon=self.config.epsilon,
+            share=share,
+        )
+        if explored is None:
+            return None
+        self._remember_exploration(explored.backend, profile, now)
+        if slowed.get(explored.backend):
+            why = f"{explored.why}; slows {slowed[explored.backend]:.3g} busy request(s) on its device"
+            explored = replace(explored, why=why)
+        return explored
+
     def without_exploration(self) -> AdaptiveScorer:
-        """The same scorer and caches with exploration off: explain previews without drawing the RNG."""
+        """The same scorer and caches with exploration off: explain previews without spending credit."""
         preview = AdaptiveScorer(
             self.recorder,
             scraper=self.scraper,
             config=replace(self.config, epsilon=0.0),
-            rng=self.rng,
             cache=self.cache,
             devices=self.devices,
         )
@@ -254,15 +281,16 @@ class AdaptiveScorer:
         return preview
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
-        """The predicted values behind the objective scores, and why the best one won (no RNG draw)."""
+        """The predicted values behind the objective scores, and why the best one won (no credit spent)."""
         decided = self.without_exploration().decide(ctx, backends)
         under = [p.backend for p in decided.predictions if p.value is None]
+        rate, credit = min(self.config.epsilon, MAX_EPSILON), self._credit.get(ctx.profile.name, 0.0)
         return {
             "objective": ctx.profile.objective,
             "why": decided.why,
             "exploration": None
             if not under or self.config.epsilon <= 0
-            else f"p={min(self.config.epsilon, 0.5):g} toward the least measured of: {', '.join(under)}",
+            else f"{rate:g} of requests (credit {credit:.2f}) toward the least measured: {', '.join(under)}",
             "predictions": [
                 {
                     "backend": p.backend,
@@ -305,6 +333,16 @@ class AdaptiveScorer:
             device=device,
         )
 
+    def _model(
+        self, ctx: RouteContext, backend: str, cell: CellView, device: Sequence[DeviceLoad]
+    ) -> CellModel:
+        """The cell's model, or for a tokens_per_second profile still under min_samples the backend's
+        all-profile one (decode speed is the engine's, whatever the prompt)."""
+        if ctx.profile.objective != "tokens_per_second" or cell.model.samples >= self.config.min_samples:
+            return cell.model
+        engine = next(d.model for d in device if d.backend == backend)
+        return engine if engine.samples >= self.config.min_samples else cell.model
+
     def _device_loads(self, backends: Sequence[BackendSnapshot], now: float) -> dict[str, list[DeviceLoad]]:
         """Per backend, its device's backends with their load and all-profile model (cached per backend)."""
         inflight = {b.name: b.inflight for b in backends}
@@ -316,15 +354,17 @@ class AdaptiveScorer:
             loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model)
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
 
-    def _contended(self, backend: str, backends: Sequence[BackendSnapshot]) -> int:
-        """How many in-flight requests exploring `backend` now would slow down: those of its device's busy
-        neighbours when it would start next to them (each one slows for the whole exploration), else 0.
-        Exploring an engine already busy, or an idle device, adds no contention: the cheap moment."""
+    def _contended(
+        self, backend: str, backends: Sequence[BackendSnapshot], device: Sequence[DeviceLoad]
+    ) -> float:
+        """How many requests of its device's other engines exploring `backend` now would slow: each engine
+        counts the larger of its in-flight requests and the mean load its newest requests met (between two
+        requests of a steady stream it is not idle), times the share of the exploration that keeps
+        `backend` busy beyond the n requests it runs already (~1 / (n + 1): the longest of n remaining
+        times is ~n / (n + 1) of a request). 0 on a quiet device: the cheap moment."""
         inflight = {b.name: b.inflight for b in backends}
-        if inflight.get(backend, 0) > 0:
-            return 0
-        members = device_members(backends, self.devices)[backend]
-        return sum(inflight[o] for o in members if o != backend)
+        neighbours = sum(max(d.inflight, d.model.recent_concurrency) for d in device if d.backend != backend)
+        return neighbours / (inflight.get(backend, 0) + 1)
 
     def _explorations(self, backend: str, profile: str, now: float) -> int:
         sent = self._explored.get((backend, profile))

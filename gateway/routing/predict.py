@@ -41,8 +41,8 @@ in-flight count and, optionally, the latest engine /metrics scrape. Formulas (do
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -140,14 +140,27 @@ def fit_load(points: Sequence[tuple[float, float, float]]) -> Fit | None:
     if not points:
         return None
     n = len(points)
-    mc = sum(c for c, _, _ in points) / n
-    mz = sum(z for _, z, _ in points) / n
-    my = sum(y for _, _, y in points) / n
-    scc = sum((c - mc) ** 2 for c, _, _ in points)
-    szz = sum((z - mz) ** 2 for _, z, _ in points)
-    scz = sum((c - mc) * (z - mz) for c, z, _ in points)
-    scy = sum((c - mc) * (y - my) for c, _, y in points)
-    szy = sum((z - mz) * (y - my) for _, z, y in points)
+    # One pass of raw sums (the router refits a cell whenever it records a sample), centred afterwards.
+    sc = sz = sy = rcc = rzz = rcz = rcy = rzy = 0.0
+    low_c = floor = math.inf
+    for c, z, y in points:
+        sc += c
+        sz += z
+        sy += y
+        rcc += c * c
+        rzz += z * z
+        rcz += c * z
+        rcy += c * y
+        rzy += z * y
+        if c < low_c:
+            low_c = c
+        if y < floor:
+            floor = y
+    mc, mz, my = sc / n, sz / n, sy / n
+    # Centring raw sums leaves rounding noise where a regressor never varied: that is no variance at all.
+    scc = _centred(rcc, n * mc * mc)
+    szz = _centred(rzz, n * mz * mz)
+    scz, scy, szy = rcz - n * mc * mz, rcy - n * mc * my, rzy - n * mz * my
     b = g = 0.0
     det = scc * szz - scz * scz
     if scc > 0 and szz > 0 and det > 1e-12 * scc * szz:
@@ -160,8 +173,12 @@ def fit_load(points: Sequence[tuple[float, float, float]]) -> Fit | None:
         b = max(0.0, scy / scc)
     elif szz > 0:
         g = max(0.0, szy / szz)
-    low_c = min(c for c, _, _ in points)
-    return Fit(my - b * mc - g * mz, b, low_c, min(y for _, _, y in points), g)
+    return Fit(my - b * mc - g * mz, b, low_c, floor, g)
+
+
+def _centred(raw: float, mean_part: float) -> float:
+    value = raw - mean_part
+    return value if value > 1e-9 * max(raw, 1e-300) else 0.0
 
 
 def fit_current(points: Sequence[LoadPoint], run: int = 5, factor: float = 2.0) -> Fit | None:
@@ -189,9 +206,10 @@ def fit_current(points: Sequence[LoadPoint], run: int = 5, factor: float = 2.0) 
         expected = max(before.intercept + before.slope * c + before.contention * z, before.floor)
         return 1 if y > factor * expected else -1 if y * factor < expected else 0
 
-    sides = [side(point) for point in reversed(points)]
-    first = sides[0]
-    length = next((i for i, s in enumerate(sides) if s != first), len(sides))
+    first = side(points[-1])
+    length = 1
+    while first != 0 and length < len(points) and side(points[-1 - length]) == first:
+        length += 1
     if first == 0 or length < run:
         return fit_load(points)
     return fit_load(points[-length:])
@@ -294,6 +312,7 @@ class CellModel:
     mean_e2e: float
     mean_output_tokens: float
     levels: str  # measured concurrency span, e.g. "1..16"
+    recent_concurrency: float = 0.0  # mean load its newest requests met: how busy it tends to be now
 
 
 def build_model(samples: Sequence[Sample]) -> CellModel:
@@ -311,6 +330,7 @@ def build_model(samples: Sequence[Sample]) -> CellModel:
         mean_e2e=sum(s.e2e for s in ok) / len(ok),
         mean_output_tokens=sum(s.output_tokens for s in ok) / len(ok),
         levels=span,
+        recent_concurrency=sum(s.concurrency for s in ok[-16:]) / len(ok[-16:]),
     )
 
 
@@ -447,24 +467,32 @@ class Exploration:
 
 def pick_exploration(
     sample_counts: Mapping[str, int],
-    rng: random.Random,
+    credit: float,
     *,
     min_samples: int = 5,
     epsilon: float = 0.05,
-) -> Exploration | None:
-    """Send this request to an under-measured backend instead of the predicted best, or not (None).
+    share: Callable[[str], float] = lambda backend: 1.0,
+) -> tuple[Exploration | None, float]:
+    """Send this request to an under-measured backend instead of the predicted best, or not (None); and the
+    profile's exploration credit after this request.
 
-    `sample_counts` maps each eligible backend to its sample count for this request's profile. When some
-    have fewer than `min_samples`, one is explored with probability epsilon (capped at MAX_EPSILON, so the
-    cost is bounded whatever the policy says); the least measured wins, ties by name, so the outcome is
-    deterministic given the caller's seeded `rng`. Windows age out, so a backend that stops getting traffic
-    drops below `min_samples` and is measured again: every backend x profile cell stays measured.
+    `sample_counts` maps each backend that could be explored (the predicted winner is measured by its own
+    traffic and left out) to its sample count for this request's profile. While some have fewer than
+    `min_samples`, the least measured of them (ties by name) is the candidate and every request adds
+    epsilon (capped at MAX_EPSILON, so the cost is bounded whatever the policy says) times `share(candidate)`
+    to the credit; the request that brings it to 1 explores and spends 1. Paced, not drawn: at epsilon 0.25
+    every fourth request of the profile explores, so a cell is measured within min_samples / epsilon
+    requests, never after a run of bad luck, and decisions replay exactly. `share` below 1 makes a costly
+    moment accrue less (see AdaptiveScorer). Windows age out, so a backend that stops getting traffic drops
+    below `min_samples` and is measured again: every backend x profile cell stays measured.
     """
     under = sorted((n, backend) for backend, n in sample_counts.items() if n < min_samples)
     if not under:
-        return None
-    probability = min(max(epsilon, 0.0), MAX_EPSILON)
-    if rng.random() >= probability:
-        return None
+        return None, 0.0  # nothing to measure: no debt carried into the next gap
     n, backend = under[0]
-    return Exploration(backend, f"{backend}: {n} samples (< {min_samples}), explored with p={probability:g}")
+    rate = min(max(epsilon, 0.0), MAX_EPSILON) * share(backend)
+    credit += rate
+    if credit < 1.0 - 1e-9:  # a sum of float rates may fall just short of the 1 it adds up to
+        return None, credit
+    why = f"{backend}: {n} samples (< {min_samples}), explored at rate {rate:.3g} per request"
+    return Exploration(backend, why), credit - 1.0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -186,7 +185,6 @@ class Measurement:
             self.recorder,
             scraper=self.scraper,
             config=config,
-            rng=random.Random(self.config.seed),
             devices={b.name: b.device for b in self._backends if b.device is not None},
         )
 

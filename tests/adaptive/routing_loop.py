@@ -3,7 +3,6 @@ function plays the backends, and each outcome goes back into the recorder as the
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 
 from gateway.policy.load import parse_policy
@@ -37,8 +36,8 @@ class Clock:
         return self.t
 
 
-def make_router(recorder: LiveRecorder, seed: int = 1) -> PolicyRouter:
-    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.25), rng=random.Random(seed))
+def make_router(recorder: LiveRecorder) -> PolicyRouter:
+    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.25))
     return PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
 
 

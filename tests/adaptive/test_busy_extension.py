@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from gateway.policy.load import parse_policy
@@ -80,7 +78,7 @@ def route(devices: dict[str, str], y_inflight: int) -> tuple[str, dict[str, obje
     for sample in samples(0.018):  # y is faster per request, at any load
         recorder.record("y", "default", sample)
     config = AdaptiveConfig(epsilon=0.0)
-    scorer = AdaptiveScorer(recorder, config=config, rng=random.Random(0), devices=devices)
+    scorer = AdaptiveScorer(recorder, config=config, devices=devices)
     router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
     body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
     pool = [BackendSnapshot("x", inflight=14), BackendSnapshot("y", inflight=y_inflight)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -142,28 +143,35 @@ def test_hint_from_scrape_carries_age_on_the_scraper_clock() -> None:
     assert hint_from_scrape(None, now=1.0, stale_after_s=3.0) is None
 
 
-def test_exploration_is_deterministic_given_the_seed() -> None:
-    counts = {"a": 40, "b": 2, "c": 0}
-    rng_1, rng_2 = random.Random(7), random.Random(7)
-    draws_1 = [pick_exploration(counts, rng_1, epsilon=0.2) for _ in range(200)]
-    draws_2 = [pick_exploration(counts, rng_2, epsilon=0.2) for _ in range(200)]
-    assert draws_1 == draws_2
-    chosen = {e.backend for e in draws_1 if e is not None}
-    assert chosen == {"c"}  # the least measured cell first
+def explorations(counts: dict[str, int], requests: int, **kwargs: Any) -> list[str | None]:
+    """Where each of `requests` requests of one profile is explored (None: not explored)."""
+    credit, chosen = 0.0, []
+    for _ in range(requests):
+        explored, credit = pick_exploration(counts, credit, **kwargs)
+        chosen.append(None if explored is None else explored.backend)
+    return chosen
+
+
+def test_exploration_is_paced_evenly_toward_the_least_measured_cell() -> None:
+    chosen = explorations({"a": 40, "b": 2, "c": 0}, 20, epsilon=0.25)
+    assert chosen == [None, None, None, "c"] * 5  # every fourth request, never a run of bad luck
 
 
 def test_exploration_rate_is_bounded_by_epsilon_and_capped() -> None:
-    rng = random.Random(1)
     counts = {"a": 100, "b": 0}
-    rate = sum(pick_exploration(counts, rng, epsilon=0.05) is not None for _ in range(20_000)) / 20_000
-    assert rate == pytest.approx(0.05, abs=0.01)
-    greedy = sum(pick_exploration(counts, rng, epsilon=1.0) is not None for _ in range(20_000)) / 20_000
-    assert greedy == pytest.approx(MAX_EPSILON, abs=0.02)
+    assert sum(e is not None for e in explorations(counts, 20_000, epsilon=0.05)) == 1000
+    assert sum(e is not None for e in explorations(counts, 20_000, epsilon=1.0)) == 20_000 * MAX_EPSILON
 
 
-def test_no_exploration_once_every_cell_is_measured() -> None:
-    rng = random.Random(3)
-    assert all(pick_exploration({"a": 5, "b": 9}, rng, epsilon=0.5) is None for _ in range(1000))
+def test_a_costly_moment_accrues_credit_at_its_share() -> None:
+    costly = explorations({"a": 100, "b": 0}, 4000, epsilon=0.5, share=lambda backend: 0.2 / 16)
+    assert sum(e is not None for e in costly) == 25  # 4000 x 0.5 x 0.0125
+
+
+def test_no_exploration_once_every_cell_is_measured_and_no_credit_is_kept() -> None:
+    explored, credit = pick_exploration({"a": 5, "b": 9}, 0.9, epsilon=0.5)
+    assert explored is None and credit == 0.0
+    assert set(explorations({"a": 5, "b": 9}, 1000, epsilon=0.5)) == {None}
 
 
 def test_model_cache_refits_only_when_the_cell_changes() -> None:
