@@ -174,7 +174,7 @@ class PolicyRouter:
         if ctx.routing == "adaptive" and self.objective_scorer is not None:
             objective = self.objective_scorer
             without = getattr(objective, "without_exploration", None)
-            if preview and without is not None:  # explain must not draw the exploration RNG
+            if preview and without is not None:  # explain must not spend exploration credit
                 objective = without()
             # The objective scorer carries the prefer order as its prior, fading as cells get measured,
             # so the preference scorer does not also vote in adaptive routing.

@@ -7,7 +7,7 @@ from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer, Verdict
 from gateway.routing.context import RouteContext
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.routing.types import BackendSnapshot
-from gateway.stats.live import LiveRecorder
+from gateway.stats.live import LiveRecorder, Sample
 from tests.adaptive.routing_loop import POLICY, Clock, make_router, serve
 
 
@@ -78,3 +78,40 @@ def test_exploration_goes_to_a_backend_that_would_not_win_anyway() -> None:
     # Nothing is ever recorded: the prior keeps picking x, which its own traffic would measure, so every
     # exploration goes to y (the least measured by name would have been x itself).
     assert explored == ["y"] * 5
+
+
+BORROW_POLICY = """
+version: 1
+routing: adaptive
+profiles:
+  - name: long
+    when: {prompt_tokens: {gte: 1000}}
+    prefer: [x, y]
+    objective: tokens_per_second
+  - name: short-ttft
+    when: {prompt_tokens: {gte: 500}}
+    prefer: [x, y]
+    objective: ttft
+  - name: default
+    prefer: [x, y]
+    objective: e2e
+"""
+
+
+def test_a_decode_speed_profile_borrows_the_engines_fit_until_its_own_cell_is_measured() -> None:
+    recorder = LiveRecorder(clock=Clock())
+    for _ in range(8):  # y decodes twice as fast as x, measured on short prompts only
+        recorder.record("x", "default", Sample(e2e=2.6, ttft=0.05, output_tokens=64, prompt_tokens=40,
+                                                        concurrency=1))
+        recorder.record("y", "default", Sample(e2e=1.3, ttft=0.05, output_tokens=64, prompt_tokens=40,
+                                                        concurrency=1))
+    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.0))
+    router = PolicyRouter(FixedPolicy(parse_policy(BORROW_POLICY)), objective_scorer=scorer)
+    pool = [BackendSnapshot("x"), BackendSnapshot("y")]
+
+    def first(prompt_words: int) -> str:
+        body = {"model": "m", "prompt": "hi " * prompt_words, "max_tokens": 64}
+        return router.route("completions", body, pool).ranked[0]
+
+    assert first(1500) == "y"  # tokens_per_second: the engine's decode speed, whatever the prompt
+    assert first(700) == "x"  # ttft depends on the prompt: no borrowing, the prior (x) until measured
