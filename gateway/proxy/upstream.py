@@ -101,8 +101,9 @@ class _AiohttpResponse:
                     raise UpstreamTimeout(_silence(waiting, self._idle_s)) from exc
                 if not chunk:
                     break
-                waiting = waiting and not (first_token() if first_token is not None else True)
                 yield chunk
+                # Asked after the caller has read the chunk: the one carrying the first token ends the wait.
+                waiting = waiting and not (first_token() if first_token is not None else True)
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamBroken(f"the backend's response broke off: {type(exc).__name__}") from exc
         self._response.release()

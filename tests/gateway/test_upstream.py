@@ -48,6 +48,25 @@ async def test_idle_gap_in_a_stream_is_a_timeout(engines: list[FakeEngine]) -> N
     await upstream.aclose()
 
 
+async def test_the_idle_gap_starts_with_the_first_token(engines: list[FakeEngine]) -> None:
+    # The first token arrives at once, then the engine goes quiet for longer than the idle gap: the next
+    # read must already be bounded by the idle gap, not by what is left of the first-token budget.
+    engines[0].behaviour.gap_s = 0.5
+    upstream = transport(first_byte_s=2.0, idle_s=0.2)
+    response = await upstream.send(engines[0].url + "/v1/chat/completions", HEADERS, BODY)
+    seen: list[bytes] = []
+
+    def first_token() -> bool:
+        return b'"content":"t' in b"".join(seen)
+
+    with pytest.raises(UpstreamTimeout, match="idle timeout"):
+        async for chunk in response.iter_chunks(first_token):
+            seen.append(chunk)
+    assert b"t0 " in b"".join(seen) and b"t1 " not in b"".join(seen)
+    response.close()
+    await upstream.aclose()
+
+
 async def test_dropped_connection_mid_body_is_broken(engines: list[FakeEngine]) -> None:
     engines[0].behaviour.drop_after = 1
     upstream = transport()

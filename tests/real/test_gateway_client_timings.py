@@ -19,14 +19,16 @@ pytestmark = pytest.mark.real
 REQUESTS = 4
 MAX_TOKENS = 32
 TOLERANCE = 0.05
-PROMPT = "The history of the lighthouse begins with"
+# Long enough that the prefill (not the few hundred microseconds of loopback between client and gateway)
+# dominates TTFT; the request number leads, so the engine's prompt cache cannot skip the prefill.
+PROMPT = " ".join(["The history of the lighthouse begins with the fires kept on hills by the sea."] * 12)
 
 
 async def _run(url: str) -> list[RequestResult]:
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         client = StreamingClient(session, url, PLAIN_POOL)
-        return [await client.complete(f"{PROMPT} {i}", MAX_TOKENS) for i in range(REQUESTS)]
+        return [await client.complete(f"{i}. {PROMPT}", MAX_TOKENS) for i in range(REQUESTS)]
 
 
 def _client_figures(results: list[RequestResult]) -> Figures:
