@@ -27,6 +27,27 @@ profiles:
     objective: e2e
 """
 
+# One profile ranked by decode speed: what two engines sharing a device compete on.
+DECODE_POLICY = """
+version: 1
+routing: adaptive
+profiles:
+  - name: default
+    prefer: [x, y]
+    objective: tokens_per_second
+"""
+
+
+def decode_samples(base: float, n: int = 40) -> list[Sample]:
+    """A memory-bound engine: TPOT grows slowly with its batch, 1.8x while the other engine is busy."""
+    out = []
+    for i in range(n):
+        own, shared = 1 + i % 16, float(i % 3 == 0)
+        tpot = (base + 0.0004 * own) * (1.0 + 0.8 * shared)
+        out.append(Sample(e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=2048,
+                          concurrency=own, device_share=shared))
+    return out
+
 
 class Clock:
     def __init__(self) -> None:

@@ -9,27 +9,9 @@ from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
 from gateway.routing.predict import CellModel, DeviceLoad, build_model, busy_extension, device_harm
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.routing.types import BackendSnapshot
-from gateway.stats.live import LiveRecorder, Sample
-
-POLICY = """
-version: 1
-routing: adaptive
-profiles:
-  - name: default
-    prefer: [x, y]
-    objective: tokens_per_second
-"""
-
-
-def samples(base: float, n: int = 40) -> list[Sample]:
-    """A memory-bound engine: TPOT grows slowly with its batch, 1.8x while the other engine is busy."""
-    out = []
-    for i in range(n):
-        own, shared = 1 + i % 16, float(i % 3 == 0)
-        tpot = (base + 0.0004 * own) * (1.0 + 0.8 * shared)
-        out.append(Sample(e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=2048,
-                          concurrency=own, device_share=shared))
-    return out
+from gateway.stats.live import LiveRecorder
+from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
+from tests.adaptive.routing_loop import decode_samples as samples
 
 
 def load(name: str, inflight: int, model: CellModel, device_busy: bool) -> DeviceLoad:

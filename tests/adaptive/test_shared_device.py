@@ -9,31 +9,9 @@ from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
 from gateway.routing.predict import DeviceLoad, build_model, device_harm, fit_load
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.routing.types import BackendSnapshot
-from gateway.stats.live import DeviceTime, LiveRecorder, Sample
-
-POLICY = """
-version: 1
-routing: adaptive
-profiles:
-  - name: default
-    prefer: [x, y]
-    objective: tokens_per_second
-"""
-
-
-def twin_tpot(own: int, shared: float, base: float) -> float:
-    """A memory-bound engine: TPOT grows slowly with its batch, 1.8x while the other engine is busy."""
-    return (base + 0.0004 * own) * (1.0 + 0.8 * shared)
-
-
-def samples(base: float, n: int = 40) -> list[Sample]:
-    out = []
-    for i in range(n):
-        own, shared = 1 + i % 16, float(i % 3 == 0)
-        tpot = twin_tpot(own, shared, base)
-        out.append(Sample(e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=2048,
-                          concurrency=own, device_share=shared))
-    return out
+from gateway.stats.live import DeviceTime, LiveRecorder
+from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
+from tests.adaptive.routing_loop import decode_samples as samples
 
 
 def test_the_fit_separates_the_backends_own_batch_from_a_busy_neighbour() -> None:
