@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message
 
+from gateway.api.asgi import http_scope
 from gateway.routing.types import BackendSnapshot, Decision
 from gateway.sim.fleet import FleetSpec
 from gateway.sim.text import make_prompt
@@ -174,20 +175,8 @@ async def post(app: ASGIApp, cls: RequestClass, body: Mapping[str, Any]) -> Outc
     """POST one request straight into the ASGI app (no client socket: the bench measures routing)."""
     raw = orjson.dumps(body)
     path = "/v1/chat/completions" if cls.endpoint == "chat" else "/v1/completions"
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8080),
-    }
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    scope = http_scope("POST", path, headers)
     exchange = _Exchange(Outcome(cls.name), time.perf_counter(), cls.endpoint == "chat")
     delivered = False
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from gateway.api.asgi import http_scope
 from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
 from gateway.bench.routing_trace import CLASSES, Lifespan, post, request_body
@@ -141,9 +142,7 @@ def test_the_gateway_records_scrapes_and_serves_live_stats_on_a_twin(tmp_path: P
 
 async def _get_raw(app: Any, path: str) -> bytes:
     chunks: list[bytes] = []
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    scope = http_scope("GET", path)
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 
+from gateway.api.asgi import http_scope
 from gateway.api.policy_admin import policy_admin_routes
 from gateway.policy.load import PolicyWatcher
 from gateway.routing.router import PolicyRouter
@@ -19,20 +20,7 @@ POOL = [BackendSnapshot("a"), BackendSnapshot("b")]
 
 
 async def post(app: Starlette, path: str, body: bytes) -> tuple[int, Any]:
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
+    scope = http_scope("POST", path, [(b"content-type", b"application/json")])
     inbox = [{"type": "http.request", "body": body, "more_body": False}]
     sent: list[MutableMapping[str, Any]] = []
 
