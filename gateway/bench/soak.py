@@ -127,9 +127,14 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def _wait_ready(session: aiohttp.ClientSession, url: str, timeout: float = 30.0) -> None:
+async def wait_ready(
+    session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes], timeout: float = 30.0
+) -> None:
+    """Until the gateway subprocess at `url` answers /ready with 200; fails at once if it exits first."""
     async with asyncio.timeout(timeout):
         while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the gateway exited (code {process.returncode}) before it was ready")
             try:
                 async with session.get(url + "/ready") as response:
                     if response.status == 200:
@@ -265,7 +270,7 @@ async def soak(args: argparse.Namespace) -> SoakResult:
             ]
             process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
             try:
-                return await _drive(args, fleet, url, process.pid, rng)
+                return await _drive(args, fleet, url, process, rng)
             finally:
                 process.terminate()
                 try:
@@ -276,15 +281,15 @@ async def soak(args: argparse.Namespace) -> SoakResult:
 
 
 async def _drive(
-    args: argparse.Namespace, fleet: TwinFleet, url: str, pid: int, rng: random.Random
+    args: argparse.Namespace, fleet: TwinFleet, url: str, process: subprocess.Popen[bytes], rng: random.Random
 ) -> SoakResult:
     connector = aiohttp.TCPConnector(limit=args.streams)
     async with aiohttp.ClientSession(connector=connector) as session:
-        await _wait_ready(session, url)
+        await wait_ready(session, url, process)
         warm = await asyncio.gather(*(_one(session, url, rng) for _ in range(min(200, args.streams))))
         if Counter(outcome for outcome, _ in warm)["completed"] != len(warm):
             raise RuntimeError(f"warm-up requests failed before any fault: {Counter(warm)}")
-        rss_start = _rss_mb(pid)
+        rss_start = _rss_mb(process.pid)
         chaos = _Chaos(fleet, rng)
         chaos_task = asyncio.create_task(chaos.run())
         started = time.monotonic()
@@ -306,7 +311,7 @@ async def _drive(
             await asyncio.gather(chaos_task, return_exceptions=True)
             await chaos.stop()
         seconds = time.monotonic() - started
-        rss_end = _rss_mb(pid)
+        rss_end = _rss_mb(process.pid)
     return SoakResult(
         requests=sum(outcomes.values()),
         completed=outcomes["completed"],

@@ -17,6 +17,7 @@ import aiohttp
 import yaml
 from fault_rig import MODEL, fleet_spec
 
+from gateway.bench.soak import wait_ready
 from gateway.sim.runner import TwinFleet
 
 DRAIN_S = 10.0
@@ -39,19 +40,6 @@ def _config(url: str, port: int) -> dict[str, object]:
         "probe": {"interval_s": 0.2, "starting_interval_s": 0.1},
         "shutdown": {"drain_timeout_s": DRAIN_S},
     }
-
-
-async def _wait_ready(session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes]) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            assert process.poll() is None, "the gateway exited before it was ready"
-            try:
-                async with session.get(url + "/ready") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
 
 
 async def _new_request(url: str) -> int | str:
@@ -81,7 +69,7 @@ async def test_sigterm_lets_the_stream_finish_turns_new_requests_away_and_exits(
         url = f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-                await _wait_ready(session, url, process)
+                await wait_ready(session, url, process)
                 body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
                 async with session.post(
                     url + "/v1/chat/completions", json={**body, "max_tokens": 1000}

@@ -28,7 +28,6 @@ _ERROR_TYPES = {
     "not_found": "not_found_error",
     "server": "server_error",
     "unavailable": "unavailable_error",
-    "not_supported": "not_supported_error",
 }
 _BUILD = "b7200-0c1e570"  # b<build>-<short commit>, as llama.cpp prints its build_info
 _ID_CHARS = string.ascii_letters + string.digits

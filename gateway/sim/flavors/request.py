@@ -9,7 +9,7 @@ from typing import Any, Literal
 from gateway.sim.text import OutputText, Prompt, image_parts
 
 Endpoint = Literal["chat", "completions"]
-ErrorKind = Literal["bad_request", "not_found", "context", "server", "unavailable", "not_supported"]
+ErrorKind = Literal["bad_request", "not_found", "context", "server", "unavailable"]
 
 
 class ApiError(Exception):

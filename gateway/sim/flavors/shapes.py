@@ -13,7 +13,6 @@ EXCEPTION_ERROR_TYPES: dict[ErrorKind, str] = {
     "not_found": "NotFoundError",
     "server": "InternalServerError",
     "unavailable": "ServiceUnavailableError",
-    "not_supported": "NotImplementedError",
 }
 
 
