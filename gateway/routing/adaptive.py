@@ -223,14 +223,13 @@ class AdaptiveScorer:
         errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = self._prior.score(ctx, backends)
         decided = verdict(predictions, errors, prior, None, self.config.tolerance)
-        if explored := self._explore(profile, backends, cells, decided, device, now):
+        if explored := self._explore(profile, cells, decided, device, now):
             return verdict(predictions, errors, prior, explored, self.config.tolerance)
         return decided
 
     def _explore(
         self,
         profile: str,
-        backends: Sequence[BackendSnapshot],
         cells: Mapping[str, CellView],
         decided: Verdict,
         device: Mapping[str, Sequence[DeviceLoad]],
@@ -246,11 +245,10 @@ class AdaptiveScorer:
             for name, cell in cells.items()
             if name != winner
         }
-        slowed: dict[str, float] = {}
 
         def share(backend: str) -> float:
-            slowed[backend] = self._contended(backend, backends, device[backend])
-            return min(1.0, self.config.contended_share / slowed[backend]) if slowed[backend] else 1.0
+            slowed = self._contended(backend, device[backend])
+            return min(1.0, self.config.contended_share / slowed) if slowed else 1.0
 
         explored, self._credit[profile] = pick_exploration(
             counts,
@@ -262,8 +260,8 @@ class AdaptiveScorer:
         if explored is None:
             return None
         self._remember_exploration(explored.backend, profile, now)
-        if slowed.get(explored.backend):
-            why = f"{explored.why}; slows {slowed[explored.backend]:.3g} busy request(s) on its device"
+        if slowed := self._contended(explored.backend, device[explored.backend]):
+            why = f"{explored.why}; slows {slowed:.3g} busy request(s) on its device"
             explored = replace(explored, why=why)
         return explored
 
@@ -354,17 +352,15 @@ class AdaptiveScorer:
             loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model)
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
 
-    def _contended(
-        self, backend: str, backends: Sequence[BackendSnapshot], device: Sequence[DeviceLoad]
-    ) -> float:
+    def _contended(self, backend: str, device: Sequence[DeviceLoad]) -> float:
         """How many requests of its device's other engines exploring `backend` now would slow: each engine
         counts the larger of its in-flight requests and the mean load its newest requests met (between two
         requests of a steady stream it is not idle), times the share of the exploration that keeps
         `backend` busy beyond the n requests it runs already (~1 / (n + 1): the longest of n remaining
         times is ~n / (n + 1) of a request). 0 on a quiet device: the cheap moment."""
-        inflight = {b.name: b.inflight for b in backends}
+        own = next(d.inflight for d in device if d.backend == backend)
         neighbours = sum(max(d.inflight, d.model.recent_concurrency) for d in device if d.backend != backend)
-        return neighbours / (inflight.get(backend, 0) + 1)
+        return neighbours / (own + 1)
 
     def _explorations(self, backend: str, profile: str, now: float) -> int:
         sent = self._explored.get((backend, profile))
