@@ -73,6 +73,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.transport == "httpx":
+        from gateway.bench.transport import httpx_missing
+
+        missing = httpx_missing("bench overhead --transport httpx")
+        if missing:
+            print(missing, file=sys.stderr)
+            return 2
     levels = [int(c) for c in args.concurrency.split(",")]
     shape = EngineShape(tokens=args.tokens, itl_s=args.itl_ms / 1000)
     results = measure(levels, shape, args.seconds, args.transport)
@@ -314,9 +321,9 @@ def _run_gateway(port: int, engine_port: int, transport: str) -> None:
     )
     upstream: UpstreamTransport | None = None
     if transport == "httpx":
-        from gateway.bench.transport import HttpxTransport
+        from gateway.bench.transport import httpx_transport
 
-        upstream = HttpxTransport(settings.timeouts, settings.limits.connections)
+        upstream = httpx_transport(settings.timeouts, settings.limits.connections)
     app = build_app(build_gateway(settings, transport=upstream))
     config = uvicorn.Config(
         app, port=port, http="httptools", loop="uvloop", lifespan="on", log_level="warning", access_log=False

@@ -39,6 +39,7 @@ from gateway.sim.perf import DeviceSpec
 from gateway.sim.runner import TwinFleet
 
 MODEL = "soak-model"
+STATE_DIR_ENV = "SPARK_GATEWAY_STATE_DIR"  # would override the config's `state_dir: null`
 WATCHDOG_S = 60.0  # a request still open after this long is hung (gateway timeouts are far shorter)
 
 
@@ -117,6 +118,7 @@ def _gateway_config(urls: dict[str, str], port: int) -> dict[str, Any]:
         "queue": {"max_queue": 4096, "timeout_s": 30.0},
         "breaker": {"cooldown_s": 2.0},
         "shutdown": {"drain_timeout_s": 5.0},
+        "state_dir": None,  # a bench keeps no state: nothing read from or written to the user's cache
     }
 
 
@@ -268,7 +270,8 @@ async def soak(args: argparse.Namespace) -> SoakResult:
                 "--log-level",
                 "error",
             ]
-            process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            env = {k: v for k, v in os.environ.items() if k != STATE_DIR_ENV}  # nor from the shell's
+            process = subprocess.Popen(command, env={**env, "PYTHONUNBUFFERED": "1"})
             try:
                 return await _drive(args, fleet, url, process, rng)
             finally:

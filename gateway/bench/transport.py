@@ -2,78 +2,24 @@
 client swapped, aiohttp (the production transport) vs httpx, at a few concurrency levels. The figures
 behind the choice are recorded in docs/transport.md.
 
-`HttpxTransport` lives here, not in gateway/proxy/: it exists to be measured against.
+httpx is not a runtime dependency (the gateway serves with aiohttp): it comes with the `bench` extra and
+is imported only when a benchmark that measures it runs, so a plain `pip install .` still starts.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-from collections.abc import AsyncIterator, Mapping
+import importlib
+import sys
 from typing import Any
 
-import httpx
 import orjson
 
 from gateway.bench.overhead import EngineShape, measure, render
-from gateway.proxy.upstream import (
-    FirstToken,
-    UpstreamBroken,
-    UpstreamConnectError,
-    UpstreamResponse,
-    UpstreamTimeout,
-)
+from gateway.proxy.upstream import UpstreamTransport
 from gateway.settings import Timeouts
 
-
-class _HttpxResponse:
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self.status = response.status_code
-        self.content_type = response.headers.get("content-type", "application/json")
-
-    async def iter_chunks(self, first_token: FirstToken | None = None) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.aiter_raw():
-                yield chunk
-        except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(str(exc)) from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamBroken(str(exc)) from exc
-
-    async def read(self) -> bytes:
-        try:
-            return await self._response.aread()
-        except httpx.HTTPError as exc:
-            raise UpstreamBroken(str(exc)) from exc
-
-    def close(self) -> None:
-        if not self._response.is_closed:
-            asyncio.get_running_loop().create_task(self._response.aclose())
-
-
-class HttpxTransport:
-    """httpx with the same explicit pool size and timeouts as the aiohttp transport."""
-
-    def __init__(self, timeouts: Timeouts, connections: int = 1024) -> None:
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        timeout = httpx.Timeout(connect=timeouts.connect_s, read=timeouts.idle_s, write=30.0, pool=30.0)
-        self._client = httpx.AsyncClient(limits=limits, timeout=timeout)
-        self.first_byte_s = timeouts.first_byte_s
-
-    async def send(self, url: str, headers: Mapping[str, str], body: bytes) -> UpstreamResponse:
-        request = self._client.build_request("POST", url, headers=dict(headers), content=body)
-        try:
-            async with asyncio.timeout(self.first_byte_s):
-                response = await self._client.send(request, stream=True)
-        except (TimeoutError, httpx.TimeoutException) as exc:
-            raise UpstreamTimeout(str(exc)) from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamConnectError(str(exc)) from exc
-        return _HttpxResponse(response)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+BENCH_INSTALL = "pip install 'spark-gateway[bench]'"
 
 
 def register(subparsers: Any) -> None:
@@ -85,6 +31,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = httpx_missing("bench transport")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     levels = [int(c) for c in args.concurrency.split(",")]
     shape = EngineShape()
     results = {name: measure(levels, shape, args.seconds, name) for name in ("aiohttp", "httpx")}
@@ -93,3 +43,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(render(levels, shape, name) for name, levels in results.items()))
     return 0
+
+
+def httpx_missing(command: str) -> str | None:
+    """The one-line error for a benchmark that needs httpx where it is not installed, else None.
+
+    Checked in the command's own process before any worker starts: the httpx transport is built in a
+    spawned gateway process, where a missing module would only show as a traceback and a stalled run.
+    """
+    try:
+        importlib.import_module("httpx")  # about to be used anyway: importing it now costs nothing extra
+    except ModuleNotFoundError:
+        return f"spark-gateway {command} needs httpx, a benchmark-only tool: {BENCH_INSTALL}"
+    return None
+
+
+def httpx_transport(timeouts: Timeouts, connections: int) -> UpstreamTransport:
+    """The httpx transport with the same pool size and timeouts as aiohttp's; imports httpx now."""
+    from gateway.bench._httpx_transport import HttpxTransport
+
+    return HttpxTransport(timeouts, connections)

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 COMPOSE = DEPLOY / "compose.spark.yaml"
 GATEWAY_CONFIG = DEPLOY / "gateway.spark.yaml"
+IMAGE_APP = Path("/app")  # the gateway image's copy of the repo's policies/ and fleets
 PROMETHEUS = DEPLOY / "prometheus.yml"
 DATASOURCES = DEPLOY / "grafana/provisioning/datasources"
 PROVIDERS = DEPLOY / "grafana/provisioning/dashboards"
@@ -254,7 +255,7 @@ def test_gateway_spark_config_loads_with_two_backends_in_one_pool(settings: Sett
     assert {b.name for b in settings.backends} == {"fp8-mtp", "fp8-base"}
     assert [p.model for p in settings.pools] == [MODEL]
     assert set(settings.pools[0].backends) == {"fp8-mtp", "fp8-base"}
-    assert settings.policy == Path("policies/spark-mtp-split.yaml")
+    assert settings.policy == IMAGE_APP / "policies/spark-mtp-split.yaml"
 
 
 def test_gateway_backends_are_the_compose_engines_on_their_container_port(
@@ -272,9 +273,9 @@ def test_gateway_backends_are_the_compose_engines_on_their_container_port(
 
 def test_gateway_policy_loads_and_prefers_only_configured_backends(settings: Settings) -> None:
     assert settings.policy is not None
-    # Inside the image the relative path resolves from WORKDIR /app, where policies/ is copied.
-    assert "WORKDIR /app" in (REPO / "Dockerfile").read_text()
-    policy = load_policy(REPO / settings.policy)
+    # The path is inside the image: /app (its WORKDIR) is where policies/ is copied.
+    assert f"WORKDIR {IMAGE_APP}" in (REPO / "Dockerfile").read_text()
+    policy = load_policy(_in_repo(settings.policy))
     names = {b.name for b in settings.backends}
     preferred = {name for profile in policy.policy.profiles for name in profile.prefer}
     assert preferred and preferred <= names, preferred - names
@@ -434,6 +435,11 @@ async def _serving(settings: Settings) -> AsyncIterator[str]:
         yield url
 
 
+def _in_repo(image_path: Path) -> Path:
+    """The repo file a path inside the gateway image was copied from."""
+    return REPO / image_path.relative_to(IMAGE_APP)
+
+
 def _over_twin(urls: dict[str, str], state_dir: Path) -> Settings:
     """deploy/gateway.spark.yaml with the backends pointed at the twin engines of the same names."""
     shipped = load_settings(GATEWAY_CONFIG)
@@ -443,7 +449,7 @@ def _over_twin(urls: dict[str, str], state_dir: Path) -> Settings:
     return shipped.model_copy(
         update={
             "backends": backends,
-            "policy": REPO / shipped.policy,
+            "policy": _in_repo(shipped.policy),
             "state_dir": state_dir,
             "host": "127.0.0.1",
             "port": 0,

@@ -166,7 +166,10 @@ def ensure_llama_server(version: str = LLAMA_CPP_PYTHON_VERSION, jobs: int = 2) 
     if not binary.exists():
         missing = missing_tools()
         if missing:
-            raise BuildToolsMissing(f"cannot build llama-server: missing {', '.join(missing)}")
+            raise BuildToolsMissing(
+                f"cannot build llama-server: missing {', '.join(missing)}"
+                " (Debian: apt-get install cmake build-essential; .ci/run installs them)"
+            )
         with exclusive_lock(target.parent / f"{target.name}.lock"):
             if not binary.exists():
                 _build_into(target, version, jobs)
@@ -176,13 +179,18 @@ def ensure_llama_server(version: str = LLAMA_CPP_PYTHON_VERSION, jobs: int = 2) 
 
 def main() -> int:
     built = ensure_llama_server()
-    print(json.dumps({
-        "binary": str(built.binary),
-        "version": built.version,
-        "reused": built.reused,
-        "cold_build_seconds": built.cold_build_seconds,
-        "this_call_seconds": round(built.lookup_seconds, 3),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "binary": str(built.binary),
+                "version": built.version,
+                "reused": built.reused,
+                "cold_build_seconds": built.cold_build_seconds,
+                "this_call_seconds": round(built.lookup_seconds, 3),
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -26,13 +26,14 @@ def prometheus(pair_gateway: RunningGateway, tmp_path: Path) -> Iterator[Prometh
     if executable is None:
         if os.environ.get("CI"):
             pytest.fail("prometheus is not installed (.ci/run installs it)")
-        pytest.skip("prometheus is not installed")
+        pytest.skip("prometheus is not installed (Debian: apt-get install prometheus)")
     with running_prometheus(executable, f"127.0.0.1:{pair_gateway.port}", tmp_path) as server:
         yield server
 
 
-def _eventually(query: Callable[[], list[dict[str, Any]]], done: Callable[[list[dict[str, Any]]], bool]
-                ) -> list[dict[str, Any]]:
+def _eventually(
+    query: Callable[[], list[dict[str, Any]]], done: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
     """Scrapes are 1 s apart: poll the query until it shows the traffic."""
     deadline = time.monotonic() + QUERY_TIMEOUT_S
     result = query()
@@ -51,13 +52,15 @@ def test_prometheus_sees_requests_and_ttft_buckets_per_real_backend(
 ) -> None:
     sent = {PLAIN: 2, SPEC: 3}
     # One scrape before the traffic, so the counters' first samples are the "before" values.
-    _eventually(lambda: prometheus.query('up{job="spark-gateway"}'),
-                lambda r: bool(r) and r[0]["value"][1] == "1")
+    _eventually(
+        lambda: prometheus.query('up{job="spark-gateway"}'), lambda r: bool(r) and r[0]["value"][1] == "1"
+    )
     baseline = _by_backend(prometheus.query('sum by (backend) (gateway_requests_total{status="200"})'))
     for pool, backend in ((PLAIN_POOL, PLAIN), (SPEC_POOL, SPEC)):
         for _ in range(sent[backend]):
-            response = post(pair_gateway.port, "/v1/chat/completions",
-                            chat(FREE_PROMPT, 4, model=pool, stream=True))
+            response = post(
+                pair_gateway.port, "/v1/chat/completions", chat(FREE_PROMPT, 4, model=pool, stream=True)
+            )
             assert response.status == 200
 
     def moved(result: list[dict[str, Any]]) -> bool:
@@ -74,6 +77,7 @@ def test_prometheus_sees_requests_and_ttft_buckets_per_real_backend(
     buckets = prometheus.query('gateway_ttft_seconds_bucket{le="+Inf"}')
     per_backend = _by_backend(buckets)
     assert per_backend[PLAIN] >= sent[PLAIN] and per_backend[SPEC] >= sent[SPEC]
-    p50 = _by_backend(prometheus.query(
-        "histogram_quantile(0.5, sum by (backend, le) (gateway_ttft_seconds_bucket))"))
+    p50 = _by_backend(
+        prometheus.query("histogram_quantile(0.5, sum by (backend, le) (gateway_ttft_seconds_bucket))")
+    )
     assert all(0 < p50[b] < 5 for b in sent), p50

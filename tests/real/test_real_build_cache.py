@@ -13,12 +13,18 @@ from llama_build import BuildToolsMissing, BuiltServer, ensure_llama_server, ins
 
 pytestmark = pytest.mark.real
 
+# The real tool lookup, kept for the test that checks it: the other tests fake the build, so they must
+# pass on a machine without cmake or a compiler too.
+REAL_MISSING_TOOLS = llama_build.missing_tools
+
 
 @pytest.fixture
 def fake_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Point the cache at tmp_path and replace the compile with a slow fake that records each build."""
+    """Point the cache at tmp_path and replace the compile with a slow fake that records each build; the
+    fake needs no build tools, so none are looked for."""
     monkeypatch.setenv(llama_build.CACHE_ENV, str(tmp_path))
     monkeypatch.delenv(llama_build.BINARY_ENV, raising=False)
+    monkeypatch.setattr(llama_build, "missing_tools", lambda: [])
     builds: list[Path] = []
 
     def fake_build(target: Path, version: str, jobs: int) -> float:
@@ -56,6 +62,7 @@ def test_cached_binary_is_reused_without_building(fake_builds: list[Path]) -> No
 def test_missing_tools_raise_before_any_build(
     fake_builds: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(llama_build, "missing_tools", REAL_MISSING_TOOLS)
     monkeypatch.setattr(shutil, "which", lambda _tool: None)
     with pytest.raises(BuildToolsMissing, match="cmake"):
         ensure_llama_server()
