@@ -19,13 +19,17 @@ from starlette.routing import Route
 from gateway.api.admin import Backends, Health, Metrics, Ready
 from gateway.api.asgi import DirectRoutes, RequestContext
 from gateway.api.auth import ApiKeyAuth
+from gateway.api.errors import ServerErrors, exception_handlers
 from gateway.api.limits import BodySizeLimit
 from gateway.api.openai import CompletionsEndpoint, ModelsEndpoint, Router
 from gateway.api.openapi import OpenApi
+from gateway.api.outlook import Outlook
 from gateway.api.policy_admin import PoolResolver, policy_admin_routes
 from gateway.api.stats import Stats
 from gateway.backends.prober import Prober
 from gateway.backends.registry import Registry
+from gateway.backends.warmup import Warmups
+from gateway.config_check import known_backends
 from gateway.policy.load import PolicyWatcher
 from gateway.proxy.dispatch import Dispatcher, Observer
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
@@ -77,19 +81,27 @@ def build_gateway(
     metrics = GatewayMetrics(CollectorRegistry(auto_describe=True), registry)
     transport = transport or AiohttpTransport(settings.timeouts, settings.limits.connections)
     measurement = Measurement(
-        settings.measurement, settings.backends, settings.state_dir, transport_fetch(transport)
+        settings.measurement,
+        settings.backends,
+        settings.state_dir,
+        transport_fetch(transport),
+        pools=settings.pools,
     )
     metrics.registry.register(LiveCollector(measurement.recorder, measurement.scraper))
     running = [*services, measurement]
     watcher = None
     if router is None and settings.policy is not None:
-        watcher = PolicyWatcher(settings.policy, on_reload=metrics.count_policy_reload)
+        # Every load checks the backend names the policy uses against this config's backends.
+        known = known_backends(settings)
+        watcher = PolicyWatcher(settings.policy, on_reload=metrics.count_policy_reload, known=known)
         router = PolicyRouter(watcher, objective_scorer=measurement.objective_scorer())
         running.append(watcher)
     # The policy router learns each backend's characters per token from the usage it reports.
     learn = [router.observe] if isinstance(router, PolicyRouter) else []
-    reliability = Reliability(settings)
-    registry.listeners.append(reliability.on_status)
+    # Learned warm-ups live next to the live-measurement snapshots (the same resolved state directory).
+    warmups = Warmups(registry, measurement.state_dir)
+    reliability = Reliability(settings, warmups)
+    registry.listeners += [reliability.on_status, warmups.on_status]
     registry.breaker_open = reliability.breaker_open
     metrics.registry.register(ReliabilityCollector(reliability))
     dispatcher = Dispatcher(
@@ -149,22 +161,30 @@ def build_app(gateway: Gateway) -> Starlette:
         Route("/ready", Ready(gateway.registry), methods=["GET"]),
         Route("/metrics", Metrics(gateway.metrics), methods=["GET"]),
         Route("/gateway/backends", backends, methods=["GET"]),
-        Route("/openapi.json", OpenApi(_model_names(gateway.registry)), methods=["GET"]),
     ]
     if gateway.measurement is not None:
         stats = Stats(gateway.measurement.recorder, gateway.measurement.scraper)
         routes.append(Route("/gateway/stats", stats, methods=["GET"]))
     if gateway.policy is not None and isinstance(gateway.router, PolicyRouter):
-        routes += policy_admin_routes(gateway.router, gateway.policy, _pool_resolver(gateway.registry))
+        outlook = Outlook(gateway.router, gateway.reliability) if gateway.reliability is not None else None
+        routes += policy_admin_routes(
+            gateway.router, gateway.policy, _pool_resolver(gateway.registry), outlook
+        )
+    # Last, so it describes exactly the routes registered above.
+    served = [*(route.path for route in routes), "/openapi.json"]
+    routes.append(Route("/openapi.json", OpenApi(served, _model_names(gateway.registry)), methods=["GET"]))
     # The two generation routes skip Starlette's routing and exception layers (same middleware).
     direct = {"/v1/chat/completions": completions["chat"], "/v1/completions": completions["completions"]}
-    app = DirectRoutes(routes=routes, lifespan=lifespan, direct=direct)
+    app = DirectRoutes(
+        routes=routes, lifespan=lifespan, direct=direct, exception_handlers=exception_handlers()
+    )
     app.state.gateway = gateway
-    # Outermost last: request context -> drain guard -> API keys -> body limit -> routes, so an
-    # unauthenticated client never makes the gateway read its body.
+    # Outermost last: request context -> JSON 500 guard -> drain guard -> API keys -> body limit ->
+    # routes, so an unauthenticated client never makes the gateway read its body.
     app.add_middleware(BodySizeLimit, max_bytes=max_body)
     app.add_middleware(ApiKeyAuth, config=gateway.settings.auth)
     app.add_middleware(DrainGuard, tracker=gateway.drain, retry_after_seconds=5)
+    app.add_middleware(ServerErrors)
     app.add_middleware(RequestContext)
     return app
 

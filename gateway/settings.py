@@ -2,12 +2,21 @@
 
 Nested fields use `__` in the environment, e.g. `SPARK_GATEWAY_TIMEOUTS__CONNECT_S=2`. A validation error
 names the file, the line and the field (`deploy/gateway.yaml:12: backends.1.url: ...`): the YAML node
-marks map each pydantic error location back to the line it came from.
+marks map each pydantic error location back to the line it came from (gateway/yaml_lines.py).
+
+Relative paths in the file (`policy`, `state_dir`, any path field) are relative to the file's folder, so
+a config means the same thing from any working directory; paths from the environment or from a caller's
+overrides are the process's own, relative to its working directory.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import typing
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.api.auth import AuthConfig
+from gateway.yaml_lines import Loc, dotted, locate
+
+log = logging.getLogger(__name__)
+
+APP_DIR = "spark-gateway"
+# Enough of the config path's hash that two configs of the same name never share a state folder.
+_PATH_HASH_CHARS = 12
 
 Flavor = Literal["vllm", "sglang", "llamacpp", "openai"]
 
@@ -40,6 +56,9 @@ class BackendConfig(_Strict):
     # Backends naming the same device share one accelerator: their loads add up (adaptive routing
     # predicts at the device's load, since a request on one slows the other down).
     device: str | None = None
+    # Seconds this backend takes from start to ready, until the gateway has seen it warm up (then it
+    # learns them); default: its flavor's (backends/flavors.py). Feeds the warm-up ETA and Retry-After.
+    warmup_s: float | None = Field(default=None, gt=0)
 
     @field_validator("url")
     @classmethod
@@ -106,6 +125,9 @@ class QueueSettings(_Strict):
 
     max_queue: int = Field(default=64, ge=0, description="waiters per pool; one more gets 429")
     timeout_s: float = Field(default=30.0, ge=0, description="a waiter's deadline; then 503")
+    # Every backend that could serve the request is warming up: how long it waits for the first to be
+    # ready before 503 backends_warming with the expected time left. None: the same as timeout_s.
+    warming_wait_s: float | None = Field(default=None, ge=0)
     retry_after_s: int = Field(default=1, ge=0)
 
 
@@ -137,7 +159,11 @@ class Settings(BaseSettings):
     timeouts: Timeouts = Timeouts()
     probe: ProbeConfig = ProbeConfig()
     limits: Limits = Limits()
-    state_dir: Path | None = Field(default=None, description="snapshots; default ~/.cache/spark-gateway")
+    state_dir: Path | None = Field(
+        default=None,
+        description="live-measurement snapshots; None: none kept. A config file that does not name one "
+        "gets a folder of its own in the user cache (default_state_dir)",
+    )
     measurement: MeasurementConfig = MeasurementConfig()
     breaker: BreakerSettings = BreakerSettings()
     queue: QueueSettings = QueueSettings()
@@ -158,22 +184,53 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _pools_name_known_backends(self) -> Settings:
-        names = [b.name for b in self.backends]
-        if len(set(names)) != len(names):
-            raise ValueError(f"backend names must be unique: {names}")
-        seen: set[str] = set()
-        for pool in self.pools:
-            for backend in (*pool.backends, *pool.served_names):
+        _unique_backend_names(self.backends)
+        names = {b.name for b in self.backends}
+        for i, pool in enumerate(self.pools):
+            named: list[tuple[Loc, str]] = [
+                (("pools", i, "backends", j), b) for j, b in enumerate(pool.backends)
+            ]
+            named += [(("pools", i, "served_names", b), b) for b in pool.served_names]
+            for loc, backend in named:
                 if backend not in names:
-                    raise ValueError(f"pool {pool.model!r} names unknown backend {backend!r}")
-            for name in (pool.model, *pool.aliases):
-                if name in seen:
-                    raise ValueError(f"model name {name!r} is used by two pools")
-                seen.add(name)
+                    raise ConfigConflict(loc, f"pool {pool.model!r} names unknown backend {backend!r}")
+        _unique_model_names(self.pools)
         return self
 
     def backend(self, name: str) -> BackendConfig:
         return next(b for b in self.backends if b.name == name)
+
+
+class ConfigConflict(ValueError):
+    """A problem between fields, with the location of the field at fault: a model validator's error has
+    no location of its own, and `file:line:` messages need one."""
+
+    def __init__(self, loc: Loc, message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def _unique_backend_names(backends: Sequence[BackendConfig]) -> None:
+    first: dict[str, int] = {}
+    for i, backend in enumerate(backends):
+        if backend.name in first:
+            message = f"backend name {backend.name!r} is already used by backends.{first[backend.name]}"
+            raise ConfigConflict(("backends", i, "name"), message)
+        first[backend.name] = i
+
+
+def _unique_model_names(pools: Sequence[PoolConfig]) -> None:
+    """A model name (a pool's model or alias) picks one pool: the same name twice would make the pool a
+    request reaches depend on the order of the file."""
+    owner: dict[str, str] = {}  # model name -> where it was first given
+    for i, pool in enumerate(pools):
+        names: list[tuple[Loc, str]] = [(("pools", i, "model"), pool.model)]
+        names += [(("pools", i, "aliases", k), alias) for k, alias in enumerate(pool.aliases)]
+        for loc, name in names:
+            if name in owner:
+                raise ConfigConflict(loc, f"model name {name!r} is already {owner[name]}")
+            kind = "the model" if loc[-1] == "model" else "an alias"
+            owner[name] = f"{kind} of pool {pool.model!r} ({dotted(loc)})"
 
 
 class SettingsError(ValueError):
@@ -184,8 +241,23 @@ class SettingsError(ValueError):
         self.lines = list(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    settings: Settings
+    warnings: tuple[str, ...] = ()  # `file:line: warning: ...` lines: worth a look, not fatal
+
+
 def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
-    """Settings from `path` (YAML) with the environment on top; `overrides` are extra file-level keys."""
+    """Settings from `path` (YAML) with the environment on top; `overrides` are extra file-level keys.
+    Warnings about the config (load_config) are logged."""
+    loaded = load_config(path, **overrides)
+    for line in loaded.warnings:
+        log.warning("%s", line)
+    return loaded.settings
+
+
+def load_config(path: Path | str | None = None, **overrides: Any) -> LoadedConfig:
+    """Settings and warnings; raises SettingsError with one `file:line: field: message` per problem."""
     text = Path(path).read_text() if path is not None else ""
     try:
         root = yaml.compose(text) if text.strip() else None
@@ -196,47 +268,89 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
         raise SettingsError([f"{path}:{line}: {exc}"]) from exc
     if not isinstance(data, dict):
         raise SettingsError([f"{path}:1: the file must hold a mapping"])
+    if path is not None:
+        _resolve_paths(Settings, data, Path(path).parent)
+        # An explicit `state_dir: null` keeps no state; a config that says nothing gets its own folder.
+        data.setdefault("state_dir", str(default_state_dir(Path(path))))
     data.update(overrides)
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         raise SettingsError(_located(exc, root, path)) from exc
+    return LoadedConfig(settings, tuple(_config_warnings(settings, root, path)))
+
+
+def default_state_dir(config: Path) -> Path:
+    """A config file's own state folder: <user cache>/spark-gateway/<file stem>-<hash of its path>.
+
+    One folder per config file, so two gateways (or a gateway and a test or a bench) never read each
+    other's measurements; in the user cache rather than beside the file, because config folders are
+    often read-only (/etc, a bind mount) or a source checkout. The path is made absolute but symlinks are
+    kept: a config mounted through a symlink swapped on update keeps its folder.
+    """
+    absolute = os.path.normpath(Path(config).absolute())
+    digest = hashlib.sha256(absolute.encode()).hexdigest()[:_PATH_HASH_CHARS]
+    cache = _user_cache()
+    if cache is None:  # no usable home: beside the file is the only place left
+        return Path(config).parent / f"{Path(config).stem}.state"
+    return cache / APP_DIR / f"{Path(config).stem}-{digest}"
+
+
+def _user_cache() -> Path | None:
+    """$XDG_CACHE_HOME, else ~/.cache; None when there is no home directory."""
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if cache:
+        return Path(cache)
+    try:
+        return Path.home() / ".cache"
+    except RuntimeError:
+        return None
+
+
+def _resolve_paths(model: type[BaseModel], data: dict[str, Any], base: Path) -> None:
+    """Make the file's relative path fields relative to `base` (its folder), in place, nested models too."""
+    for name, field in model.model_fields.items():
+        value = data.get(name)
+        if isinstance(value, str) and _is_path(field.annotation):
+            data[name] = str(base / Path(value).expanduser())  # an absolute path stays as it is
+        elif isinstance(value, dict) and _is_model(field.annotation):
+            _resolve_paths(field.annotation, value, base)
+
+
+def _is_path(annotation: Any) -> bool:
+    return annotation is Path or Path in typing.get_args(annotation)
+
+
+def _is_model(annotation: Any) -> typing.TypeGuard[type[BaseModel]]:
+    plain_class = isinstance(annotation, type) and typing.get_origin(annotation) is None
+    return plain_class and issubclass(annotation, BaseModel)
+
+
+def _config_warnings(settings: Settings, root: yaml.Node | None, path: Path | str | None) -> list[str]:
+    pooled = {name for pool in settings.pools for name in pool.backends}
+    lines = []
+    for i, backend in enumerate(settings.backends):
+        if backend.name not in pooled:
+            line, _ = locate(root, ("backends", i))
+            message = f"backend {backend.name!r} is in no pool, so no request can reach it"
+            lines.append(f"{_where(path, line)}: warning: backends.{i}: {message}")
+    return lines
 
 
 def _located(exc: ValidationError, root: yaml.Node | None, path: Path | str | None) -> list[str]:
     lines = []
     for error in exc.errors():
-        loc = tuple(error["loc"])
-        field = ".".join(str(part) for part in loc) or "(root)"
-        line = _line_of(root, loc)
-        where = f"{path}:{line}" if line else ("(environment)" if path is None else f"{path}")
-        lines.append(f"{where}: {field}: {error['msg']}")
+        conflict = error.get("ctx", {}).get("error")
+        if isinstance(conflict, ConfigConflict):
+            loc, message = conflict.loc, str(conflict)
+        else:
+            loc, message = tuple(error["loc"]), error["msg"]
+        line, _ = locate(root, loc)
+        lines.append(f"{_where(path, line)}: {dotted(loc) or '(root)'}: {message}")
     return lines
 
 
-def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
-    """1-based line of the deepest YAML node on the path `loc`; None if the path is not in the file."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        child = _child(node, part)
-        if child is None:
-            break
-        node, line = child, child.start_mark.line + 1
-    return line
-
-
-def _child(node: yaml.Node | None, part: int | str) -> yaml.Node | None:
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if key.value == str(part):
-                # Point at the key's line: for a nested block the value starts on the next line.
-                return value if isinstance(value, yaml.ScalarNode) else _with_mark(value, key)
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-        child: yaml.Node = node.value[part]
-        return child
-    return None
-
-
-def _with_mark(value: yaml.Node, key: yaml.Node) -> yaml.Node:
-    clone = type(value)(value.tag, value.value, key.start_mark, value.end_mark)
-    return clone
+def _where(path: Path | str | None, line: int | None) -> str:
+    if line is None:
+        return "(environment)" if path is None else str(path)
+    return f"{path}:{line}"

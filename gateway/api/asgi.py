@@ -18,6 +18,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 REQUEST_ID = "gateway.request_id"
 STARTED = "gateway.started"  # time.perf_counter() when the request reached the gateway
+RESPONSE_STARTED = "gateway.response_started"  # set once the response head went out (errors.ServerErrors)
 
 
 async def send_bytes(send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]]) -> None:
@@ -60,7 +61,7 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 class RequestContext:
     """Pure-ASGI middleware: stamps arrival time and a request id (the client's `x-request-id` if it sent
-    one) into the scope, and echoes the id on every response."""
+    one) into the scope, echoes the id on every response and marks the scope once the response started."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -78,6 +79,7 @@ class RequestContext:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", ()), id_header]
+                scope[RESPONSE_STARTED] = True
             await send(message)
 
         await self.app(scope, receive, send_with_id)
@@ -90,7 +92,8 @@ class DirectRoutes(Starlette):
     and two of them wrap `send`: on a stream that is four extra Python calls per SSE chunk. For the paths
     in `direct` (pure-ASGI endpoints that never raise HTTPException) a POST goes through the same user
     middleware, in the same order, straight to the endpoint; every other request takes the full stack.
-    An exception escaping the endpoint still gets a plain 500 from the server, as Starlette would send.
+    An exception escaping the endpoint meets the user middleware's error guard (app.py installs
+    errors.ServerErrors), as it would on the full stack.
     """
 
     def __init__(self, *, direct: Mapping[str, ASGIApp], **kwargs: Any) -> None:

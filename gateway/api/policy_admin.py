@@ -1,7 +1,9 @@
 """Admin routes for the policy: POST /gateway/explain and POST /gateway/policy/reload.
 
 Built by `policy_admin_routes(...)` from the objects they need, so app.py mounts them with one line and
-tests build them without a gateway. Neither route sends anything upstream.
+tests build them without a gateway. Neither route sends anything upstream. With an `outlook` (api/outlook.py)
+the explanation ends with `outcome`: what the request would meet (served, refused, or a wait and how it
+ends), since a router refusal can still mean a wait for a warming or busy backend.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from gateway.policy.load import ReloadResult
 from gateway.routing.types import BackendSnapshot
 
 PoolResolver = Callable[[str], Sequence[BackendSnapshot] | None]  # model name -> its backends, None: unknown
+# (model, endpoint, body, backends, explanation) -> what the request would meet
+OutlookFn = Callable[[str, str, dict[str, Any], Sequence[BackendSnapshot], dict[str, Any]], dict[str, Any]]
 
 
 class Explainer(Protocol):
@@ -31,7 +35,9 @@ class Reloader(Protocol):
     def reload(self) -> ReloadResult: ...
 
 
-def policy_admin_routes(router: Explainer, watcher: Reloader, resolve_pool: PoolResolver) -> list[Route]:
+def policy_admin_routes(
+    router: Explainer, watcher: Reloader, resolve_pool: PoolResolver, outlook: OutlookFn | None = None
+) -> list[Route]:
     async def explain(request: Request) -> Response:
         try:
             body = orjson.loads(await request.body())
@@ -46,7 +52,10 @@ def policy_admin_routes(router: Explainer, watcher: Reloader, resolve_pool: Pool
             return _json(
                 404, error_body(404, f"the model {model!r} is not served here", "model_not_found", "model")
             )
-        return _json(200, orjson.dumps(router.explain(endpoint, body, backends)))
+        explanation = router.explain(endpoint, body, backends)
+        if outlook is not None:
+            explanation["outcome"] = outlook(str(model), endpoint, body, backends, explanation)
+        return _json(200, orjson.dumps(explanation))
 
     async def reload(request: Request) -> Response:
         return _json(*reload_response(watcher.reload()))
@@ -58,7 +67,8 @@ def policy_admin_routes(router: Explainer, watcher: Reloader, resolve_pool: Pool
 
 
 def reload_response(result: ReloadResult) -> tuple[int, bytes]:
-    """200 with the policy now in force, or 400 with the problems (the policy in force is unchanged)."""
+    """200 with the policy now in force and its warnings, or 400 with the problems (the policy in force is
+    unchanged): invalid fields, or backend names the gateway's config does not define."""
     loaded = result.loaded
     in_force = {
         "source": loaded.source,
@@ -67,7 +77,9 @@ def reload_response(result: ReloadResult) -> tuple[int, bytes]:
         "profiles": [p.name for p in loaded.policy.profiles],
     }
     if result.ok:
-        return 200, orjson.dumps({"status": "ok", "changed": result.changed, "policy": in_force})
+        # Warnings (e.g. a backend no profile reaches) do not refuse a policy, but the caller should see them.
+        answer = {"status": "ok", "changed": result.changed, "policy": in_force}
+        return 200, orjson.dumps({**answer, "warnings": loaded.warning_lines()})
     error = {
         "message": "policy rejected; the previous policy stays in force: " + "; ".join(result.errors),
         "type": "invalid_request_error",

@@ -36,6 +36,9 @@ class Flavor:
     health_path: str
     judge: Callable[[int, Any, bool], Verdict]
     discover: Callable[[FetchJson], Awaitable[Capabilities]]
+    # Seconds from process start to ready on a Spark, assumed until the gateway has seen this backend
+    # warm up (backends/warmup.py) or the operator declares `warmup_s`. Sources under FLAVORS.
+    warmup_s: float
 
 
 def _judge_vllm(status: int, body: Any, ever_ready: bool) -> Verdict:
@@ -123,9 +126,21 @@ async def _discover_openai(fetch: FetchJson) -> Capabilities:
     return Capabilities(None, None, tuple(str(c.get("id")) for c in cards))
 
 
+# Expected warm-ups, from the field reports (seeds 002, 003, 004):
+# - vLLM: loading a 35 GB checkpoint took 87 s (14 shards) to 289 s (42 shards) (seed 003), then CUDA
+#   graph compilation takes 5-8 minutes (seed 002): about 6.5 to 13 minutes, so 10.
+# - SGLang: 90 s to ready on a warm filesystem cache, graph capture included (seed 004); a cold cache
+#   adds the weight load (87-289 s above): 3 to 6.5 minutes, so 5.
+# - llama.cpp: no graph compilation; it reads one GGUF, and a 4-5 bit 35B file (about 20 GB) is ~0.6 of
+#   the checkpoint seed 003 loaded in 87 s: about 50 s, so 1 minute. llama-cpp-python ("openai") loads
+#   the same files the same way.
+_VLLM_WARMUP_S = 600.0
+_SGLANG_WARMUP_S = 300.0
+_GGUF_WARMUP_S = 60.0
+
 FLAVORS: dict[str, Flavor] = {
-    "vllm": Flavor("vllm", "/health", _judge_vllm, _discover_vllm),
-    "sglang": Flavor("sglang", "/health", _judge_sglang, _discover_sglang),
-    "llamacpp": Flavor("llamacpp", "/health", _judge_llamacpp, _discover_llamacpp),
-    "openai": Flavor("openai", "/v1/models", _judge_openai, _discover_openai),
+    "vllm": Flavor("vllm", "/health", _judge_vllm, _discover_vllm, _VLLM_WARMUP_S),
+    "sglang": Flavor("sglang", "/health", _judge_sglang, _discover_sglang, _SGLANG_WARMUP_S),
+    "llamacpp": Flavor("llamacpp", "/health", _judge_llamacpp, _discover_llamacpp, _GGUF_WARMUP_S),
+    "openai": Flavor("openai", "/v1/models", _judge_openai, _discover_openai, _GGUF_WARMUP_S),
 }

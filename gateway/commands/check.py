@@ -1,32 +1,63 @@
-"""`spark-gateway check FILE...`: validate policy files without starting anything.
+"""`spark-gateway check [--config FILE] [FILE...]`: validate policy files, or a gateway config with its
+policy, without starting anything.
 
 Prints one summary line per valid file (exit 0) or one `file:line: location: message` line per problem
-(exit 1), the same text a running gateway logs when it refuses an edit.
+(exit 1), the same text a running gateway logs when it refuses an edit. `--config` also checks that every
+backend or tag the policy names exists in the config; warnings (`file:line: warning: ...`) do not fail.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
+from gateway.commands import CommandError
+from gateway.config_check import check_config
 from gateway.policy.load import PolicyError, load_policy
+
+USAGE_ERROR = 2
 
 
 def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser("check", help="validate policy files")
-    parser.add_argument("files", nargs="+", metavar="FILE", help="policy YAML files")
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "check", help="validate policy files, or a gateway config and its policy"
+    )
+    parser.add_argument("files", nargs="*", metavar="FILE", help="policy YAML files")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a gateway config: its fields, its policy, and the policy's backend names against it",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    status = 0
+    if not args.files and args.config is None:
+        raise CommandError("check: give policy FILEs, or --config FILE", USAGE_ERROR)
+    status = 0 if args.config is None else _config(args.config)
     for path in args.files:
-        try:
-            loaded = load_policy(path)
-        except PolicyError as exc:
-            print("\n".join(exc.lines()), file=sys.stderr)
-            status = 1
-        else:
-            print(f"{path}: ok: {loaded.summary()}")
+        status = max(status, _policy(path))
     return status
+
+
+def _config(path: Path) -> int:
+    report = check_config(path)
+    for line in (*report.errors, *report.warnings):
+        print(line, file=sys.stderr)
+    if not report.ok:
+        return 1
+    print(report.summary)
+    return 0
+
+
+def _policy(path: str) -> int:
+    try:
+        loaded = load_policy(path)
+    except PolicyError as exc:
+        print("\n".join(exc.lines()), file=sys.stderr)
+        return 1
+    print(f"{path}: ok: {loaded.summary()}")
+    return 0

@@ -10,9 +10,12 @@ import argparse
 import json
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from gateway.commands import CommandError
 
 
 def register(subparsers: Any) -> None:
@@ -27,43 +30,70 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        print(f"{args.file}: not JSON: {exc}", file=sys.stderr)
-        return 1
+    body = read_request(args.file)
     if args.endpoint is not None:
         body["endpoint"] = args.endpoint
-    try:
-        status, answer = post_explain(args.url, body, args.api_key, args.timeout)
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 1
+    status, answer = post_explain(args.url, body, args.api_key, args.timeout)
     if status != 200:
-        print(f"gateway answered {status}: {json.dumps(answer)}", file=sys.stderr)
-        return 1
+        raise CommandError(f"the gateway answered {status}: {_error_message(answer)}")
     print(json.dumps(answer, indent=2) if args.json else render(answer))
     return 0
 
 
+def read_request(file: str) -> dict[str, Any]:
+    """The request body in FILE ("-": stdin); CommandError (exit 2) unless it holds a JSON object. A file
+    that cannot be read raises OSError, which the command line reports as one line too."""
+    try:
+        body = json.loads(sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{file}: not UTF-8 text", 2) from exc
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"{file}: not JSON: {exc}", 2) from exc
+    if not isinstance(body, dict):
+        raise CommandError(f"{file}: a request body is a JSON object", 2)
+    return body
+
+
 def post_explain(url: str, body: dict[str, Any], api_key: str | None, timeout: float) -> tuple[int, Any]:
-    target = url.rstrip("/")
-    if not target.endswith("/gateway/explain"):
-        target += "/gateway/explain"
+    """(status, decoded answer) from URL's /gateway/explain; CommandError if the gateway is out of reach."""
     headers = {"content-type": "application/json"}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(target, data=json.dumps(body).encode(), headers=headers, method="POST")
+    data = json.dumps(body).encode()
+    request = urllib.request.Request(_explain_url(url), data=data, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
+            return response.status, _decode(response.read())
     except urllib.error.HTTPError as exc:  # a 4xx/5xx still carries a JSON error body
-        payload = exc.read()
-        try:
-            return exc.code, json.loads(payload)
-        except json.JSONDecodeError:
-            return exc.code, payload.decode(errors="replace")
+        return exc.code, _decode(exc.read())
+    except (urllib.error.URLError, OSError) as exc:  # refused, unknown host, timed out
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise CommandError(f"cannot reach {url}: {reason}") from exc
+
+
+def _explain_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise CommandError(f"--url {url!r} is not an http(s) URL, e.g. http://127.0.0.1:8080", 2)
+    target = url.rstrip("/")
+    return target if target.endswith("/gateway/explain") else target + "/gateway/explain"
+
+
+def _decode(payload: bytes) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError:  # not JSON (or not UTF-8): whatever answered is not a spark-gateway
+        return payload.decode(errors="replace")
+
+
+def _error_message(answer: Any) -> str:
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(error, dict):
+        return " ".join(str(answer).split())[:300]  # one line, whatever the body was
+    message = str(error.get("message"))
+    if error.get("code") == "unknown_url":
+        message += " (a gateway serves /gateway/explain only when it runs a policy)"
+    return message
 
 
 def render(e: dict[str, Any]) -> str:
@@ -83,10 +113,24 @@ def render(e: dict[str, Any]) -> str:
     if e["chosen"]:
         failover = ", ".join(e["ranked"][1:]) or "none"
         lines.append(f"chosen    {e['chosen']} (failover: {failover})")
+    outcome = e.get("outcome")
     if e["refusal"]:
         r = e["refusal"]
-        lines.append(f"refusal   {r['status']} {r['code']}: {r['message']}")
+        # With an outcome, the router's refusal is only its first word: the request may still wait.
+        label = "routing  " if outcome and outcome["action"] != "refuse" else "refusal  "
+        lines.append(f"{label} {r['status']} {r['code']}: {r['message']}")
+    if outcome:
+        lines += _outcome(outcome)
     return "\n".join(lines)
+
+
+def _outcome(o: dict[str, Any]) -> list[str]:
+    lines = [f"outcome   {o['summary']}"]
+    r = o.get("refusal")
+    if o["action"] == "wait" and r:
+        retry = f" (Retry-After {r['retry_after']} s)" if r.get("retry_after") is not None else ""
+        lines.append(f"          then {r['status']} {r['code']}{retry}: {r['message']}")
+    return lines
 
 
 def _table(candidates: list[dict[str, Any]], scorers: list[str]) -> list[str]:

@@ -3,7 +3,8 @@
 With `--config`, serve the backends of a gateway config file (see deploy/gateway.example.yaml). With
 `--fleet`, start that twin fleet in this process and serve it: one pool per served model name, every
 engine a backend with its flavor, and the fleet's policy file if it has one. With neither, serve the
-twin fleet deploy/fleets/spark-duo-35b.yaml on 127.0.0.1:8080.
+twin fleet deploy/fleets/spark-duo-35b.yaml on 127.0.0.1:8080. A twin keeps no state: its measurements
+are neither loaded nor saved, so it never reads or writes a real gateway's state directory.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import uvloop
 
 from gateway.app import build_app, build_gateway
 from gateway.serving import DrainingServer
-from gateway.settings import Settings, SettingsError, load_settings
+from gateway.settings import Settings, load_settings
 from gateway.sim.fleet import FleetSpec, load_fleet
 from gateway.sim.runner import TwinFleet
 
@@ -53,19 +54,16 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     listen = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
-    try:
-        if args.config is not None:
-            settings = load_settings(args.config).model_copy(update=listen)
-            uvloop.run(_serve(settings, args.log_level))
-            return 0
-        fleet_path = args.fleet
-        if fleet_path is None:
-            fleet_path = _resolve(DEFAULT_FLEET)
-            log.info("no --config or --fleet: serving the twin fleet %s", fleet_path)
-        uvloop.run(_serve_fleet(load_fleet(fleet_path), listen, args.time_scale, args.log_level))
-    except SettingsError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    # An unreadable or invalid config, policy or fleet file is reported by gateway/cli.py: one line each.
+    if args.config is not None:
+        settings = load_settings(args.config).model_copy(update=listen)
+        uvloop.run(_serve(settings, args.log_level))
+        return 0
+    fleet_path = args.fleet
+    if fleet_path is None:
+        fleet_path = _resolve(DEFAULT_FLEET)
+        log.info("no --config or --fleet: serving the twin fleet %s", fleet_path)
+    uvloop.run(_serve_fleet(load_fleet(fleet_path), listen, args.time_scale, args.log_level))
     return 0
 
 
@@ -120,9 +118,18 @@ def settings_for_fleet(spec: FleetSpec, urls: dict[str, str], **listen: Any) -> 
         for model in served
     ]
     policy = _resolve(Path(spec.policy)) if spec.policy else None
-    return load_settings(None, backends=backends, pools=pools, policy=policy, **listen)
+    settings = load_settings(None, backends=backends, pools=pools, policy=policy, **listen)
+    # No state, even when SPARK_GATEWAY_STATE_DIR names a real gateway's: a twin's timings are not a
+    # real engine's, and the real gateway's state must not change because a twin ran.
+    return settings.model_copy(update={"state_dir": None})
 
 
 def _resolve(path: Path) -> Path:
-    """A repo-relative path, from the working directory if it is there, else from the installed tree."""
-    return path if path.is_absolute() or path.exists() else REPO / path
+    """A repo-relative path: from the working directory if it is there, else from the source tree (an
+    editable install), else from the data files a plain install ships (pyproject's data-files)."""
+    if path.is_absolute() or path.exists():
+        return path
+    for root in (REPO, Path(sys.prefix) / "share" / "spark-gateway"):
+        if (root / path).exists():
+            return root / path
+    return path  # not found anywhere: the error names the path as given

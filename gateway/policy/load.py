@@ -4,7 +4,8 @@ The watcher polls the file's content hash instead of using inotify: it works the
 network filesystems and editors that replace the file on save. Policy files are a few KB, so hashing one
 every 0.5 s costs microseconds, and unlike an mtime + size check it cannot miss two same-size edits made
 within one filesystem timestamp tick. A valid edit replaces the
-policy for new requests; an invalid edit is logged with its line and the last good policy stays in force.
+policy for new requests; an invalid edit, or one naming a backend the gateway's config does not define,
+is logged with its line and the last good policy stays in force.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from gateway.policy.crosscheck import CrossCheck, KnownBackend, cross_check
 from gateway.policy.schema import Policy
 from gateway.tasks import BackgroundTask
+from gateway.yaml_lines import Loc, dotted, locate
 
 ReloadCallback = Callable[[str, str | None], None]  # (result "ok" | "error", error text or None)
 
@@ -34,10 +37,12 @@ class Issue:
     line: int | None  # 1-based; None when the problem has no place (e.g. an unreadable file)
     location: str  # dotted path inside the document, e.g. "profiles.2.when.prompt_tokens"
     message: str
+    warning: bool = False  # worth a look, but the policy is used
 
     def render(self, source: str) -> str:
         where = f"{source}:{self.line}" if self.line is not None else source
-        return f"{where}: {self.location}: {self.message}" if self.location else f"{where}: {self.message}"
+        what = f"{self.location}: {self.message}" if self.location else self.message
+        return f"{where}: warning: {what}" if self.warning else f"{where}: {what}"
 
 
 class PolicyError(Exception):
@@ -57,6 +62,10 @@ class LoadedPolicy:
     policy: Policy
     source: str
     sha256: str
+    warnings: tuple[Issue, ...] = ()  # from the cross-check against the config's backends
+
+    def warning_lines(self) -> list[str]:
+        return [issue.render(self.source) for issue in self.warnings]
 
     def summary(self) -> str:
         names = ", ".join(p.name for p in self.policy.profiles)
@@ -66,8 +75,11 @@ class LoadedPolicy:
         )
 
 
-def parse_policy(text: str, source: str = "<policy>") -> LoadedPolicy:
-    """Validate policy text; raises PolicyError with line-numbered issues."""
+def parse_policy(
+    text: str, source: str = "<policy>", known: Sequence[KnownBackend] | None = None
+) -> LoadedPolicy:
+    """Validate policy text; raises PolicyError with line-numbered issues. With `known` (the config's
+    backends), the names the profiles use are checked against them too (gateway/policy/crosscheck.py)."""
     digest = hashlib.sha256(text.encode()).hexdigest()
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -86,51 +98,35 @@ def parse_policy(text: str, source: str = "<policy>") -> LoadedPolicy:
     except ValidationError as exc:
         issues = list(dict.fromkeys(_issue(root, err) for err in exc.errors()))  # dedupe, keep order
         raise PolicyError(source, issues) from exc
-    return LoadedPolicy(policy=policy, source=source, sha256=digest)
+    checked = cross_check(policy, known) if known is not None else CrossCheck((), ())
+    if checked.errors:
+        raise PolicyError(source, [_found(root, loc, message) for loc, message in checked.errors])
+    warnings = tuple(_found(root, loc, message, warning=True) for loc, message in checked.warnings)
+    return LoadedPolicy(policy=policy, source=source, sha256=digest, warnings=warnings)
 
 
-def load_policy(path: str | os.PathLike[str]) -> LoadedPolicy:
-    """Read and validate a policy file; raises PolicyError (an unreadable file is one too)."""
+def load_policy(path: str | os.PathLike[str], known: Sequence[KnownBackend] | None = None) -> LoadedPolicy:
+    """Read and validate a policy file (against `known` backends when given); raises PolicyError (an
+    unreadable file is one too)."""
     try:
         # Bytes, then decode: text mode would translate CRLF and the hash would not match the file's.
         text = Path(path).read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PolicyError(str(path), [Issue(None, "", f"cannot read: {exc}")]) from exc
-    return parse_policy(text, str(path))
+    return parse_policy(text, str(path), known)
 
 
 def _issue(root: yaml.Node | None, err: Any) -> Issue:
-    loc: tuple[int | str, ...] = tuple(err["loc"])
-    line, kept = _line_of(root, loc)
+    line, kept = locate(root, tuple(err["loc"]))
     message = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "unknown field (check the spelling; `spark-gateway schema` lists the fields)"
-    return Issue(line, ".".join(str(part) for part in kept), message)
+    return Issue(line, dotted(kept), message)
 
 
-def _line_of(root: yaml.Node | None, loc: tuple[int | str, ...]) -> tuple[int | None, list[int | str]]:
-    """Walk the YAML node tree along a pydantic error location. Location parts that are not in the document
-    (pydantic's union-member tags such as `function-after[...]`) are skipped so the path stays readable."""
-    node, line = root, (root.start_mark.line + 1 if root is not None else None)
-    kept: list[int | str] = []
-    for part in loc:
-        child = _child(node, part)
-        if child is None:
-            continue
-        key_node, node = child
-        line = (key_node or node).start_mark.line + 1
-        kept.append(part)
-    return line, kept
-
-
-def _child(node: yaml.Node | None, part: int | str) -> tuple[yaml.Node | None, yaml.Node] | None:
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.value == str(part):
-                return key, value
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-        return None, node.value[part]
-    return None
+def _found(root: yaml.Node | None, loc: Loc, message: str, *, warning: bool = False) -> Issue:
+    line, kept = locate(root, loc)
+    return Issue(line, dotted(kept), message, warning)
 
 
 def _duplicate_keys(node: yaml.Node | None, path: str = "") -> list[Issue]:
@@ -170,7 +166,9 @@ class PolicyWatcher:
 
     `current` is what routing reads on every request (one attribute read, no lock: the reference is
     replaced whole). `on_reload(result, error)` is called once per reload attempt so the owner can count
-    them (e.g. gateway_policy_reloads_total{result}).
+    them (e.g. gateway_policy_reloads_total{result}). `known`, the config's backends, makes every load
+    cross-check the names the profiles use: an edit naming a backend the gateway does not have is
+    refused like any invalid one.
     """
 
     def __init__(
@@ -180,13 +178,17 @@ class PolicyWatcher:
         interval_s: float = 0.5,
         on_reload: ReloadCallback | None = None,
         logger: logging.Logger | None = None,
+        known: Sequence[KnownBackend] | None = None,
     ) -> None:
         self.path = Path(path)
         self.interval_s = interval_s
         self._on_reload = on_reload
         self._log = logger or logging.getLogger("gateway.policy")
         self._state = _FileState()
-        self.current: LoadedPolicy = load_policy(self.path)  # a gateway must not start on a bad policy
+        self._known = tuple(known) if known is not None else None
+        # A gateway must not start on a bad policy: PolicyError leaves the constructor.
+        self.current: LoadedPolicy = load_policy(self.path, self._known)
+        self._warn(self.current)
         self.last_error: str | None = None
         self._task = BackgroundTask(self._run, name=f"policy-watcher:{self.path.name}")
 
@@ -197,7 +199,7 @@ class PolicyWatcher:
     def reload(self) -> ReloadResult:
         """Read the file now and apply it if valid (used by the poller and by POST /gateway/policy/reload)."""
         try:
-            loaded = load_policy(self.path)
+            loaded = load_policy(self.path, self._known)
         except PolicyError as exc:
             return self._rejected(exc)
         changed = loaded.sha256 != self.current.sha256
@@ -205,6 +207,7 @@ class PolicyWatcher:
         self._count("ok", None)
         if changed:
             self._log.info("policy %s reloaded: %s", self.path, loaded.summary())
+            self._warn(loaded)
         return ReloadResult(ok=True, changed=changed, loaded=loaded)
 
     def poll(self) -> ReloadResult | None:
@@ -240,6 +243,10 @@ class PolicyWatcher:
             "; ".join(exc.lines()),
         )
         return ReloadResult(ok=False, changed=False, loaded=self.current, errors=tuple(exc.lines()))
+
+    def _warn(self, loaded: LoadedPolicy) -> None:
+        for line in loaded.warning_lines():
+            self._log.warning("policy %s", line)
 
     def _count(self, result: str, error: str | None) -> None:
         self._state.counts[result] += 1

@@ -59,6 +59,11 @@ class PoolQueue:
     max_queue: int
 
 
+def queue_timeout_message(pool: str, deadline: float) -> str:
+    """Why a waiter was refused when its deadline passed: no acceptable backend had a free slot."""
+    return f"no backend of model '{pool}' had room within {deadline:g}s"
+
+
 class Slot:
     """One taken concurrency slot on `backend`. Release it exactly once; later releases do nothing, so
     `finally: slot.release()` is always safe. Also an async context manager."""
@@ -181,8 +186,7 @@ class Admission:
         finally:
             timer.cancel()
         if granted is None:
-            message = f"no backend of model '{pool}' had room within {deadline:g}s"
-            return self._refuse(503, "queue_timeout", message)
+            return self._refuse(503, "queue_timeout", queue_timeout_message(pool, deadline))
         return granted
 
     # -- plain-data views --

@@ -49,6 +49,8 @@ _NO_BACKEND_LEFT = "no_backend_left"
 # crash to show as a refused connection or a restart to reach the prober, short against a queue deadline.
 _RESET_RETRY_S = 0.25
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away before the answer"
+OVERHEAD_MS = b"x-gateway-overhead-ms"  # the gateway's own time: parse, route, rewrite (no queueing)
+QUEUE_MS = b"x-gateway-queue-ms"  # time waiting for an admission slot (a full pool, a warm-up)
 
 
 @dataclass(slots=True)
@@ -106,7 +108,8 @@ class RequestRecord:
     output_tokens: int | None = None
     prompt_tokens: int | None = None
     e2e: float = 0.0
-    overhead: float = 0.0  # the gateway's own time before the upstream request went out
+    overhead: float = 0.0  # the gateway's own time before the upstream request went out, queueing excluded
+    queue_wait: float = 0.0  # time spent taking admission slots: waiting in the pool's queue, comebacks
     error: str | None = None
     failures: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) per failed attempt
     # The parsed request, for recorders that relate usage to the prompt (the router's token estimator);
@@ -172,7 +175,9 @@ class Dispatcher:
         tried: list[str] = []
         may_recover: set[str] = set()  # candidates whose latest failure here proves no death
         while True:  # bounded by max_attempts and, when waiting for a comeback, the queue deadline
+            queued_at = time.perf_counter()
             slot = await self._slot(job, tried, may_recover)
+            record.queue_wait += time.perf_counter() - queued_at
             if isinstance(slot, Refused):
                 if last is None or slot.code != _NO_BACKEND_LEFT:
                     await self._refuse(job, record, send, finished, slot)
@@ -222,11 +227,22 @@ class Dispatcher:
         if self.reliability is None:
             return remaining[0]
         if not tried:
-            return await self.reliability.admission.acquire(job.pool.model, remaining)
+            return await self._first_slot(job, remaining, self.reliability)
         # Fail over to a backend that serves now; when none does, wait (bounded) for one to come back.
         ready = [b for b in remaining if self.registry.backends[b].status is Status.READY]
         left = _queue_time_left(job, self.reliability)
-        return await self.reliability.admission.acquire(job.pool.model, ready or remaining, left)
+        got = await self.reliability.admission.acquire(job.pool.model, ready or remaining, left)
+        return _warming_if_so(job, ready or remaining, self.reliability, got)
+
+    @staticmethod
+    async def _first_slot(job: Job, ranked: list[str], reliability: Reliability) -> Slot | Refused:
+        """The first attempt's slot. When every candidate is warming up, the request waits
+        `warming_wait_s` for the first to be ready, and a wait that ends with all of them still warming
+        is answered 503 `backends_warming` with their expected time left, never as a lack of room."""
+        warming = reliability.warmups.all_warming(ranked)
+        wait = reliability.warming_wait_s if warming else None
+        got = await reliability.admission.acquire(job.pool.model, ranked, wait)
+        return _warming_if_so(job, ranked, reliability, got)
 
     async def _comeback(self, job: Job, reliability: Reliability, may_recover: set[str]) -> Slot | Refused:
         """Every candidate failed (or the attempts are spent): wait, within the request's queue deadline
@@ -240,7 +256,9 @@ class Dispatcher:
             restarting = [b for b in job.ranked if self.registry.may_come_back(b)]
             alive = [b for b in job.ranked if b in may_recover and self._is_ready(b)]
             if left <= 0:
-                return _queue_timeout(reliability) if restarting or alive else _no_backend_left()
+                if not restarting and not alive:
+                    return _no_backend_left()
+                return reliability.warming_refusal(job.pool.model, job.ranked) or _queue_timeout(reliability)
             soon = [t for t in (self._retry_in(b, reliability) for b in alive) if t < left]
             if not restarting and not soon:
                 return _no_backend_left()
@@ -275,6 +293,7 @@ class Dispatcher:
         body = error_body(refused.status, refused.message, refused.code)
         headers = [(b"content-type", b"application/json"), *refusal_headers(refused)]
         headers.append((b"x-gateway-profile", job.profile.encode()))
+        headers.append((QUEUE_MS, _ms(record.queue_wait)))
         await send_bytes(send, refused.status, body, headers)
 
     def _ticket(self, backend: str) -> Ticket | None:
@@ -326,7 +345,7 @@ class Dispatcher:
         record.inflight_at_dispatch = state.inflight
         record.device_inflight_at_dispatch = _device_load(self.registry, backend)
         if record.attempts == 1:
-            record.overhead = time.perf_counter() - job.started
+            record.overhead = time.perf_counter() - job.started - record.queue_wait
         response: UpstreamResponse | None = None
         try:
             try:
@@ -397,7 +416,8 @@ class Dispatcher:
             (b"content-type", content_type.encode("latin-1")),
             (b"x-gateway-backend", (record.backend or "").encode()),
             (b"x-gateway-profile", job.profile.encode()),
-            (b"x-gateway-overhead-ms", f"{record.overhead * 1000:.3f}".encode()),
+            (OVERHEAD_MS, _ms(record.overhead)),
+            (QUEUE_MS, _ms(record.queue_wait)),
         ]
         if record.status >= 500:
             headers.append((ERROR_SOURCE, b"upstream"))  # a backend failed or answered it, not the gateway
@@ -409,6 +429,20 @@ class Dispatcher:
                 observer(record)
             except Exception:  # a broken recorder must not break the request path
                 log.exception("request observer %r failed", observer)
+
+
+def _ms(seconds: float) -> bytes:
+    return f"{seconds * 1000:.3f}".encode()
+
+
+def _warming_if_so(
+    job: Job, waited_for: list[str], reliability: Reliability, got: Slot | Refused
+) -> Slot | Refused:
+    """A wait that ran out while every backend waited for is still warming up is a warm-up, not a lack
+    of room: 503 `backends_warming` with the time left instead of `queue_timeout`."""
+    if isinstance(got, Refused) and got.code == "queue_timeout":
+        return reliability.warming_refusal(job.pool.model, waited_for) or got
+    return got
 
 
 def _no_backend_left() -> Refused:

@@ -8,18 +8,23 @@ routes and the metrics.
   up, has room or has cooled down": starting backends count as ready, in-flight counts are ignored and
   open breakers count as closed (each lets a probe through after its cool-down), so ingress can wait in
   the bounded queue for those backends instead of refusing a request that could still be served.
+- When every backend that could serve a request is warming up, the request waits `warming_wait_s` for
+  the first to be ready; then `warming_refusal` answers 503 `backends_warming` with the time the first is
+  still expected to take (backends/warmup.py) as Retry-After: a warm-up is never reported as capacity.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.backends.registry import Status
+from gateway.backends.warmup import Warming, Warmups
 from gateway.proxy.admission import Admission, AdmissionConfig, Refused
 from gateway.proxy.breaker import BreakerConfig, Breakers, StateName
 from gateway.routing.types import BackendSnapshot
@@ -29,13 +34,16 @@ from gateway.settings import Settings
 BREAKER_LEVEL: dict[StateName, float] = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
 
 ERROR_SOURCE = b"x-gateway-error-source"  # "gateway" (the gateway refused) or "upstream" (a backend failed)
+WARMING = "backends_warming"  # the refusal code when every candidate is warming up
 
 
 class Reliability:
     """Breakers and admission for every configured backend and pool."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, warmups: Warmups) -> None:
         b, q = settings.breaker, settings.queue
+        self.warmups = warmups
+        self.warming_wait_s = q.timeout_s if q.warming_wait_s is None else q.warming_wait_s
         self.breakers = Breakers(
             [backend.name for backend in settings.backends],
             BreakerConfig(
@@ -71,7 +79,15 @@ class Reliability:
         load = self.admission.backends().get(backend)
         if load is not None:
             out["slots"] = {"inflight": load.inflight, "limit": load.limit, "ready": load.ready}
+        if backend in self.warmups.registry.backends:
+            out.update(self.warmups.details(backend))
         return out
+
+    def warming_refusal(self, pool: str, backends: Iterable[str], ahead_s: float = 0.0) -> Refused | None:
+        """503 `backends_warming` when every one of `backends` is warming up, None otherwise. `ahead_s`:
+        the answer as it will be that many seconds from now (explain predicts the end of a wait)."""
+        first = self.warmups.first_ready(backends)
+        return None if first is None else warming_refused(pool, first, ahead_s)
 
     def queues(self) -> dict[str, dict[str, int]]:
         return {
@@ -87,6 +103,30 @@ def hopeful(snapshots: Sequence[BackendSnapshot]) -> list[BackendSnapshot]:
         dataclasses.replace(s, ready=s.ready or s.starting, starting=False, inflight=0, breaker_open=False)
         for s in snapshots
     ]
+
+
+def warming_refused(pool: str, first: Warming, ahead_s: float = 0.0) -> Refused:
+    """The refusal for a pool whose backends are all warming, `first` being the one expected ready first.
+    Retry-After is its time left (rounded up, at least 1 s); nothing in it speaks of capacity."""
+    left = first.expected_s - first.elapsed_s - ahead_s
+    what = "warming up or restarting" if first.restarting else "warming up"
+    if left > 0:
+        when = f"the first ({first.backend}) is expected ready in ~{_span(left)}"
+    else:
+        late = _span(-left)
+        when = f"the first ({first.backend}) was expected ready {late} ago and may be ready any moment"
+    retry_after = max(1, math.ceil(left))
+    message = f"all backends for model {pool} are {what}; {when} (Retry-After: {retry_after} s)"
+    return Refused(503, WARMING, message, retry_after)
+
+
+def _span(seconds: float) -> str:
+    """A duration as people say it: seconds under a minute and a half, then minutes, then hours."""
+    if seconds < 90:
+        return f"{max(1, math.ceil(seconds))} s"  # rounded up, like Retry-After
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def refusal_headers(refused: Refused) -> list[tuple[bytes, bytes]]:

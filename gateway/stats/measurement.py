@@ -3,14 +3,14 @@ snapshots of the windows in the state directory (docs/measurement.md).
 
 `Measurement` is made once by the composition root and started and stopped with the app: it loads the last
 snapshot at start, scrapes every backend whose flavor exposes engine metrics, saves the windows
-periodically and once more at shutdown. `observe` is a dispatch observer; `record_sample` is the pure
+periodically and once more at shutdown. Without a state directory (twin fleets, benches, tests) it keeps
+no state at all: nothing is read or written. `observe` is a dispatch observer; `record_sample` is the pure
 translation of one completion record into a `Sample` (or None when the record says nothing about speed).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -18,14 +18,13 @@ from typing import Protocol
 from gateway.backends.engine_metrics import FLAVORS, Flavor
 from gateway.backends.scraper import MetricsScraper, ScrapeTarget
 from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
-from gateway.settings import BackendConfig, MeasurementConfig
+from gateway.settings import BackendConfig, MeasurementConfig, PoolConfig
 from gateway.stats import snapshot
 from gateway.stats.live import LiveRecorder, Sample
 
 log = logging.getLogger(__name__)
 
 Fetch = Callable[[str], Awaitable[str]]
-APP_DIR = "spark-gateway"
 
 
 class Completion(Protocol):
@@ -62,6 +61,9 @@ class Completion(Protocol):
     def overhead(self) -> float: ...
 
     @property
+    def queue_wait(self) -> float: ...
+
+    @property
     def itl(self) -> Sequence[float]: ...
 
     @property
@@ -72,7 +74,8 @@ class Completion(Protocol):
 
 
 def record_sample(record: Completion) -> Sample | None:
-    """One finished request as a Sample, timed from dispatch (the gateway's own overhead removed).
+    """One finished request as a Sample, timed from dispatch (the gateway's own overhead and the time it
+    waited for a slot removed).
 
     Not recorded: requests that never reached a backend, client disconnects (a cut-short timing says
     nothing about the backend) and 4xx answers (the request's fault, not the backend's). A 5xx, a transport
@@ -83,17 +86,18 @@ def record_sample(record: Completion) -> Sample | None:
     if 400 <= record.status < 500:
         return None
     failed = record.status >= 500 or record.error is not None
-    ttft = None if record.ttft is None else max(0.0, record.ttft - record.overhead)
+    before = record.overhead + record.queue_wait  # arrival -> dispatch
+    ttft = None if record.ttft is None else max(0.0, record.ttft - before)
     gaps = record.itl
     return Sample(
-        e2e=max(0.0, record.e2e - record.overhead),
+        e2e=max(0.0, record.e2e - before),
         ttft=ttft,
         output_tokens=record.output_tokens or 0,
         prompt_tokens=record.prompt_tokens or 0,
         concurrency=max(1, record.inflight_at_dispatch),
         # On a shared device the other engines' requests slow this one too: kept apart from its own
         # batch, so the fit can tell the two effects apart (routing/predict.py).
-        device_share=_share(record.device_shared_s, record.e2e - record.overhead),
+        device_share=_share(record.device_shared_s, record.e2e - before),
         error=failed,
         mean_itl=sum(gaps) / len(gaps) if gaps else None,
     )
@@ -103,22 +107,19 @@ def _share(shared_s: float, span_s: float) -> float:
     return min(1.0, max(0.0, shared_s / span_s)) if span_s > 0 else 0.0
 
 
-def default_state_dir() -> Path:
-    """$XDG_CACHE_HOME/spark-gateway, else ~/.cache/spark-gateway, else ./state (no usable home)."""
-    cache = os.environ.get("XDG_CACHE_HOME")
-    if cache:
-        return Path(cache) / APP_DIR
-    home = Path.home() if "HOME" in os.environ else None
-    return home / ".cache" / APP_DIR if home is not None else Path("state")
+def backend_identities(
+    backends: Sequence[BackendConfig], pools: Sequence[PoolConfig]
+) -> dict[str, snapshot.BackendIdentity]:
+    """Each backend's identity for snapshots: name, URL and the model names its pools send it."""
+    served = {b.name: [p.served_name(b.name) for p in pools if b.name in p.backends] for b in backends}
+    return {b.name: snapshot.identity(b.name, b.url, served[b.name]) for b in backends}
 
 
 def scrape_targets(backends: Iterable[BackendConfig]) -> list[ScrapeTarget]:
     """One target per backend whose flavor exposes engine metrics (a generic `openai` upstream does not)."""
     flavors: tuple[str, ...] = FLAVORS
     return [
-        ScrapeTarget(b.name, f"{b.url}/metrics", _flavor(b.flavor))
-        for b in backends
-        if b.flavor in flavors
+        ScrapeTarget(b.name, f"{b.url}/metrics", _flavor(b.flavor)) for b in backends if b.flavor in flavors
     ]
 
 
@@ -138,19 +139,25 @@ class Measurement:
         backends: Sequence[BackendConfig],
         state_dir: Path | None,
         fetch: Fetch | None,
+        pools: Sequence[PoolConfig] = (),
     ) -> None:
         self.config = config
         self.recorder = LiveRecorder(max_age_s=config.window_s)
         self._backends = tuple(backends)
-        self.state_dir = state_dir if state_dir is not None else default_state_dir()
+        self.state_dir = state_dir  # None: no state kept
+        self._identities = backend_identities(backends, pools)
         targets = scrape_targets(backends)
         self.scraper = (
             MetricsScraper(targets, fetch, interval_s=config.scrape_interval_s)
             if fetch is not None and targets
             else None
         )
-        self._saver = snapshot.SnapshotSaver(
-            self.recorder, self.state_dir, interval_s=config.snapshot_interval_s
+        self._saver = (
+            snapshot.SnapshotSaver(
+                self.recorder, state_dir, self._identities, interval_s=config.snapshot_interval_s
+            )
+            if state_dir is not None
+            else None
         )
         self.restored = 0
 
@@ -163,16 +170,20 @@ class Measurement:
             self.recorder.record(record.backend, record.profile, sample)
 
     async def start(self) -> None:
-        self.restored = snapshot.load(self.recorder, self.state_dir, self.recorder.now())
-        if self.restored:
-            log.info("restored %d live samples from %s", self.restored, self.state_dir)
-        self._saver.start()
+        if self.state_dir is not None and self._saver is not None:
+            now = self.recorder.now()
+            self.restored = snapshot.load(self.recorder, self.state_dir, now, self._identities)
+            if self.restored:
+                log.info("restored %d live samples from %s", self.restored, self.state_dir)
+            self._saver.start()
         if self.scraper is not None:
             self.scraper.start()
 
     async def stop(self) -> None:
         if self.scraper is not None:
             await self.scraper.stop()
+        if self._saver is None:
+            return
         try:
             await self._saver.stop()  # cancels the periodic task, then saves once more
         except OSError as exc:  # an unwritable state dir must not turn a shutdown into a crash

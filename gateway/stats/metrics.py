@@ -20,6 +20,9 @@ from gateway.proxy.dispatch import RequestRecord
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _ITL = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 _OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+# Seconds. Most requests take a slot at once (the first bucket); a full pool frees one within seconds;
+# a warm-up wait lasts up to queue.warming_wait_s, which operators may set to minutes.
+_QUEUE = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class GatewayMetrics:
@@ -56,12 +59,20 @@ class GatewayMetrics:
             buckets=_OVERHEAD,
             registry=registry,
         )
+        self.queue_wait = Histogram(
+            "gateway_queue_wait_seconds",
+            "Time a request waited for a backend slot (a full pool, a warming backend)",
+            ["pool"],
+            buckets=_QUEUE,
+            registry=registry,
+        )
         self.policy_reloads = Counter(
             "gateway_policy_reloads", "Policy file reload attempts", ["result"], registry=registry
         )
         registry.register(_BackendCollector(backends))
         self._cells: dict[tuple[str, str], _Cell] = {}
         self._requests: dict[tuple[str, ...], Counter] = {}
+        self._queue_waits: dict[str, Histogram] = {}  # per pool: bounded by the config
 
     def count_policy_reload(self, result: str, error: str | None) -> None:
         self.policy_reloads.labels(result).inc()
@@ -71,6 +82,7 @@ class GatewayMetrics:
         status = "stream_error" if record.status == 200 and record.error else str(record.status)
         self._requests_child(record.model, record.profile, backend, status).inc()
         self.overhead.observe(record.overhead)
+        self._queue_wait_child(record.model).observe(record.queue_wait)
         for failed, _why in record.failures:
             self.failovers.labels(failed).inc()
         if record.backend is None:
@@ -93,6 +105,12 @@ class GatewayMetrics:
         child = self._requests.get(key)
         if child is None:
             child = self._requests[key] = self.requests.labels(*key)
+        return child
+
+    def _queue_wait_child(self, pool: str) -> Histogram:
+        child = self._queue_waits.get(pool)
+        if child is None:
+            child = self._queue_waits[pool] = self.queue_wait.labels(pool)
         return child
 
     def _cell(self, backend: str, profile: str) -> _Cell:

@@ -5,6 +5,11 @@ are written as JSON (periodically and at shutdown) and read back at start. Times
 seconds, so samples that were already old when the gateway stopped age out of the windows as usual.
 Writes are atomic (temp file in the same directory, fsync, os.replace): a crash mid-write leaves the
 previous snapshot intact, never a truncated one.
+
+Each cell is saved with its backend's identity (name, URL, served models), and a cell is restored only
+into the configured backend of the same identity: a name alone does not say it is the same engine (a
+twin fleet and a real Spark both call theirs `fp8-mtp`), and another engine's timings would steer
+routing wrong until they aged out.
 """
 
 from __future__ import annotations
@@ -16,39 +21,69 @@ import logging
 import math
 import os
 import tempfile
-from dataclasses import asdict
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from gateway.stats.live import LiveRecorder, Sample
 from gateway.tasks import BackgroundTask
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+# 2: cells keyed by backend identity; 1 keyed them by name alone and is ignored.
+FORMAT_VERSION = 2
 FILE_NAME = "live-stats.json"
 
 
-def encode(recorder: LiveRecorder, now: float, keep_per_cell: int) -> bytes:
-    """The newest `keep_per_cell` samples of every live cell as JSON bytes."""
+@dataclass(frozen=True, slots=True)
+class BackendIdentity:
+    """Which engine a backend's measurements describe: its name, its URL and the models it serves."""
+
+    name: str
+    url: str  # without user:password, which is no part of the engine's identity and no file's business
+    served: tuple[str, ...]  # the model names the gateway sends it, sorted
+
+    def describe(self) -> str:
+        return f"{self.name!r} ({self.url}, serving {', '.join(self.served) or 'no pool'})"
+
+
+Identities = Mapping[str, BackendIdentity]  # configured backend name -> its identity
+Row = tuple[BackendIdentity, str, float, Sample]  # (identity, profile, recorded_at, sample)
+
+
+def identity(name: str, url: str, served: Iterable[str]) -> BackendIdentity:
+    parts = urlsplit(url)
+    bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return BackendIdentity(name, bare, tuple(sorted(set(served))))
+
+
+def encode(recorder: LiveRecorder, now: float, keep_per_cell: int, identities: Identities) -> bytes:
+    """The newest `keep_per_cell` samples of every live cell of a known backend as JSON bytes."""
     cells = []
     for backend, profile, entries in recorder.cells(now):
+        known = identities.get(backend)
+        if known is None:
+            continue  # no configured backend of that name: nothing could restore it
         newest = entries[-keep_per_cell:] if keep_per_cell > 0 else ()
         samples = [{"at": at, **asdict(sample)} for at, sample in newest]
-        cells.append({"backend": backend, "profile": profile, "samples": samples})
+        cells.append({"backend": _identity_json(known), "profile": profile, "samples": samples})
     document = {"version": FORMAT_VERSION, "saved_at": now, "cells": cells}
     return json.dumps(document, separators=(",", ":")).encode()
 
 
-def decode(data: bytes) -> list[tuple[str, str, float, Sample]]:
-    """(backend, profile, recorded_at, sample) rows, oldest first; malformed rows are skipped."""
+def decode(data: bytes) -> list[Row]:
+    """(identity, profile, recorded_at, sample) rows, oldest first; malformed rows are skipped. Raises
+    ValueError for a document of another format version."""
     document = json.loads(data)
-    if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
-        raise ValueError("unknown snapshot format")
-    rows: list[tuple[str, str, float, Sample]] = []
+    version = document.get("version") if isinstance(document, dict) else None
+    if version != FORMAT_VERSION:
+        raise ValueError(f"snapshot format version {version!r}, this gateway reads {FORMAT_VERSION}")
+    rows: list[Row] = []
     for cell in document.get("cells", []):
-        backend, profile = cell.get("backend"), cell.get("profile")
-        if not isinstance(backend, str) or not isinstance(profile, str):
+        backend, profile = _identity(cell.get("backend")), cell.get("profile")
+        if backend is None or not isinstance(profile, str):
             continue
         for raw in cell.get("samples", []):
             parsed = _sample(raw)
@@ -56,6 +91,21 @@ def decode(data: bytes) -> list[tuple[str, str, float, Sample]]:
                 rows.append((backend, profile, *parsed))
     rows.sort(key=lambda row: row[2])
     return rows
+
+
+def _identity_json(known: BackendIdentity) -> dict[str, Any]:
+    return {"name": known.name, "url": known.url, "served": list(known.served)}
+
+
+def _identity(raw: Any) -> BackendIdentity | None:
+    if not isinstance(raw, dict):
+        return None
+    name, url, served = raw.get("name"), raw.get("url"), raw.get("served")
+    if not isinstance(name, str) or not isinstance(url, str) or not isinstance(served, list):
+        return None
+    if not all(isinstance(model, str) for model in served):
+        return None
+    return BackendIdentity(name, url, tuple(served))
 
 
 def _sample(raw: Any) -> tuple[float, Sample] | None:
@@ -93,17 +143,22 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def save(recorder: LiveRecorder, state_dir: Path, now: float, keep_per_cell: int = 64) -> Path:
+def save(
+    recorder: LiveRecorder, state_dir: Path, now: float, identities: Identities, keep_per_cell: int = 64
+) -> Path:
     path = Path(state_dir) / FILE_NAME
-    write_atomic(path, encode(recorder, now, keep_per_cell))
+    write_atomic(path, encode(recorder, now, keep_per_cell, identities))
     return path
 
 
-def load(recorder: LiveRecorder, state_dir: Path, now: float) -> int:
-    """Record the snapshot's samples that are still inside the window; returns how many were restored.
+def load(recorder: LiveRecorder, state_dir: Path, now: float, identities: Identities) -> int:
+    """Record the snapshot's samples that are still inside the window and belong to a configured backend
+    of the same identity; returns how many were restored.
 
-    A missing file is a first start; an unreadable one is logged and ignored, because routing on
-    gateway-side measurements from scratch is always a safe fallback.
+    A missing file is a first start; an unreadable one, or one of another format, is logged and ignored,
+    because routing on gateway-side measurements from scratch is always a safe fallback. So is a cell of
+    a backend the config no longer has (or has at another URL, or serving another model): it is dropped,
+    with one log line per backend.
     """
     path = Path(state_dir) / FILE_NAME
     try:
@@ -111,15 +166,33 @@ def load(recorder: LiveRecorder, state_dir: Path, now: float) -> int:
     except FileNotFoundError:
         return 0
     except (OSError, ValueError) as exc:
-        log.warning("ignoring unreadable stats snapshot %s: %s", path, exc)
+        log.warning("ignoring stats snapshot %s: %s", path, exc)
         return 0
+    kept = [row for row in rows if identities.get(row[0].name) == row[0]]
+    _log_dropped(path, [row for row in rows if identities.get(row[0].name) != row[0]], identities)
     horizon = now - recorder.max_age_s
     restored = 0
-    for backend, profile, at, sample in rows:
+    for known, profile, at, sample in kept:
         if horizon <= at <= now:  # future timestamps mean a clock jump: not trustworthy
-            recorder.record(backend, profile, sample, now=at)
+            recorder.record(known.name, profile, sample, now=at)
             restored += 1
     return restored
+
+
+def _log_dropped(path: Path, dropped: list[Row], identities: Identities) -> None:
+    profiles: dict[BackendIdentity, set[str]] = {}
+    for saved, profile, _, _ in dropped:
+        profiles.setdefault(saved, set()).add(profile)
+    for saved, names in profiles.items():
+        configured = identities.get(saved.name)
+        now_is = f"configured as {configured.describe()}" if configured else "not configured"
+        log.warning(
+            "dropping saved live stats of backend %s, profiles %s, from %s: that backend is %s",
+            saved.describe(),
+            ", ".join(sorted(names)),
+            path,
+            now_is,
+        )
 
 
 class SnapshotSaver:
@@ -129,12 +202,14 @@ class SnapshotSaver:
         self,
         recorder: LiveRecorder,
         state_dir: Path,
+        identities: Identities,
         *,
         interval_s: float = 60.0,
         keep_per_cell: int = 64,
     ) -> None:
         self._recorder = recorder
         self._state_dir = Path(state_dir)
+        self._identities = identities
         self._interval_s = interval_s
         self._keep = keep_per_cell
         self._task = BackgroundTask(self._run, name="stats-snapshot")
@@ -148,7 +223,7 @@ class SnapshotSaver:
 
     async def save_now(self) -> None:
         # Encode on the loop (the recorder is not thread-safe), write off the loop (fsync can be slow).
-        data = encode(self._recorder, self._recorder.now(), self._keep)
+        data = encode(self._recorder, self._recorder.now(), self._keep, self._identities)
         await asyncio.to_thread(write_atomic, self._state_dir / FILE_NAME, data)
 
     async def _run(self) -> None:

@@ -15,7 +15,7 @@ from gateway.policy.load import parse_policy
 from gateway.proxy.dispatch import RequestRecord
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.routing.types import BackendSnapshot
-from gateway.settings import MeasurementConfig, load_settings
+from gateway.settings import BackendConfig, MeasurementConfig, load_settings
 from gateway.sim.fleet import load_fleet
 from gateway.sim.runner import TwinFleet
 from gateway.stats.live import Sample
@@ -70,13 +70,16 @@ def fast_and_slow() -> list[tuple[str, Sample]]:
 
 
 def test_a_restarted_gateway_routes_from_the_loaded_snapshot(tmp_path: Path) -> None:
+    # Snapshots restore a backend's cells only into the same backend (name and URL): both runs name them.
+    backends = [BackendConfig(name=n, url=f"http://127.0.0.1:{port}") for n, port in (("x", 1), ("y", 2))]
+
     async def scenario() -> str:
-        first = Measurement(MeasurementConfig(explore_epsilon=0.0), [], tmp_path, None)
+        first = Measurement(MeasurementConfig(explore_epsilon=0.0), backends, tmp_path, None)
         await first.start()
         for backend, sample in fast_and_slow():
             first.recorder.record(backend, "chat", sample)
         await first.stop()  # the shutdown save
-        second = Measurement(MeasurementConfig(explore_epsilon=0.0), [], tmp_path, None)
+        second = Measurement(MeasurementConfig(explore_epsilon=0.0), backends, tmp_path, None)
         await second.start()
         await second.stop()
         assert second.restored == 16

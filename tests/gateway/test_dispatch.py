@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 from gateway_fakes import FakeEngine, running_gateway, settings_for
 
 from gateway.backends.registry import Registry, Status
+from gateway.backends.warmup import Warmups
 from gateway.proxy.dispatch import Dispatcher, Job, RequestRecord
+from gateway.proxy.reliability import Reliability
 from gateway.proxy.upstream import MockResponse, MockTransport, UpstreamConnectError, UpstreamTimeout
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -233,3 +236,108 @@ async def test_inflight_is_counted_from_dispatch_until_the_answer_is_sent() -> N
     await dispatcher.run(_job(registry), client.receive, client.send)
     assert seen == [1] and registry.backends["a"].inflight == 0
     assert records[0].inflight_at_dispatch == 1 and records[0].output_tokens == 2
+
+
+# Waiting for a slot: the queue time is reported apart from the gateway's own time, and a wait for
+# warming backends ends as a warm-up, never as a lack of room.
+
+QUEUE_WORDS = ("room", "capacity", "busy", "full")  # a warm-up must never be reported in these terms
+
+
+def _admitted(
+    handler: Any, queue: dict[str, float], **backend: Any
+) -> tuple[Dispatcher, Registry, list[RequestRecord]]:
+    settings = settings_for(
+        {"a": "http://a.invalid"},
+        backends=[{"name": "a", "url": "http://a.invalid", "flavor": "vllm", **backend}],
+        queue=queue,
+    )
+    registry = Registry(settings)
+    warmups = Warmups(registry, None)
+    reliability = Reliability(settings, warmups)
+    registry.listeners += [reliability.on_status, warmups.on_status]
+    records: list[RequestRecord] = []
+    dispatcher = Dispatcher(
+        registry, MockTransport(handler), max_attempts=2, observers=[records.append], reliability=reliability
+    )
+    return dispatcher, registry, records
+
+
+def _arriving_now(registry: Registry) -> Job:
+    raw = orjson.dumps(CHAT)
+    return Job(
+        "r",
+        "chat",
+        "/v1/chat/completions",
+        registry.pools[0],
+        dict(CHAT),
+        raw,
+        time.perf_counter(),
+        "default",
+        ("a",),
+    )
+
+
+def _headers(client: Client) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in client.sent[0]["headers"]}
+
+
+async def test_the_overhead_header_excludes_the_queue_wait_that_the_queue_header_carries() -> None:
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        await asyncio.sleep(0.3)  # holds the only slot
+        return MockResponse(200, [orjson.dumps({"choices": [], "usage": {"completion_tokens": 1}})])
+
+    dispatcher, registry, records = _admitted(handler, {"timeout_s": 5.0}, max_concurrency=1)
+    registry.set_status("a", Status.READY)
+    first, second = Client(), Client()
+    await asyncio.gather(
+        dispatcher.run(_arriving_now(registry), first.receive, first.send),
+        dispatcher.run(_arriving_now(registry), second.receive, second.send),
+    )
+    waited = _headers(second)
+    assert second.sent[0]["status"] == 200
+    assert float(waited["x-gateway-queue-ms"]) >= 250  # it waited for the first to finish
+    assert float(waited["x-gateway-overhead-ms"]) < 50  # parse, route, rewrite: not the wait
+    assert float(_headers(first)["x-gateway-queue-ms"]) < 50
+    assert records[1].queue_wait >= 0.25 and records[1].overhead < 0.05
+
+
+async def test_a_wait_for_warming_backends_ends_in_503_backends_warming_with_the_time_left() -> None:
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        raise AssertionError("nothing may be sent to a warming backend")
+
+    queue = {"timeout_s": 5.0, "warming_wait_s": 0.2}
+    dispatcher, registry, records = _admitted(handler, queue, warmup_s=1020.0)
+    registry.set_status("a", Status.STARTING)
+    client = Client()
+    started = time.perf_counter()
+    await dispatcher.run(_arriving_now(registry), client.receive, client.send)
+    waited = time.perf_counter() - started
+    error = orjson.loads(client.sent[1]["body"])["error"]
+    headers = _headers(client)
+    assert client.sent[0]["status"] == 503 and error["code"] == "backends_warming"
+    assert 0.15 < waited < 2.0  # warming_wait_s, not queue.timeout_s
+    assert headers["retry-after"] == "1020"  # 1020 s expected, a fraction of a second elapsed: rounded up
+    assert "expected ready in ~17 min" in error["message"]
+    assert not any(word in error["message"] for word in QUEUE_WORDS)
+    assert float(headers["x-gateway-queue-ms"]) >= 150
+    assert records[0].status == 503
+
+
+async def test_a_ready_but_full_pool_still_times_out_as_a_lack_of_room() -> None:
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        await asyncio.sleep(1.0)
+        return MockResponse(200, [b"{}"])
+
+    dispatcher, registry, _ = _admitted(
+        handler, {"timeout_s": 0.2, "warming_wait_s": 30.0}, max_concurrency=1
+    )
+    registry.set_status("a", Status.READY)
+    holder, waiter = Client(), Client()
+    held = asyncio.create_task(dispatcher.run(_arriving_now(registry), holder.receive, holder.send))
+    await asyncio.sleep(0.05)
+    await dispatcher.run(_arriving_now(registry), waiter.receive, waiter.send)
+    await held
+    error = orjson.loads(waiter.sent[1]["body"])["error"]
+    assert waiter.sent[0]["status"] == 503 and error["code"] == "queue_timeout"
+    assert "had room within 0.2s" in error["message"]

@@ -90,3 +90,18 @@ def test_every_metric_name_has_the_gateway_prefix() -> None:
     metrics.observe(RequestRecord("r", "m", "chat", "default", False, backend="a", status=200))
     names = {f.name for f in text_string_to_metric_families(metrics.exposition().decode())}
     assert names and all(name.startswith("gateway_") for name in names)
+
+
+def test_the_queue_wait_has_its_own_histogram_per_pool_and_stays_out_of_the_overhead() -> None:
+    metrics, _ = make()
+    waited = RequestRecord("r1", "m", "chat", "default", False, backend="a", status=200)
+    waited.overhead, waited.queue_wait = 0.0004, 2.0
+    metrics.observe(waited)
+    metrics.observe(RequestRecord("r2", "m", "chat", "default", False, backend="a", status=200))
+    got = samples(metrics)
+    pool = (("pool", "m"),)
+    assert got[("gateway_queue_wait_seconds_count", pool)] == 2
+    assert got[("gateway_queue_wait_seconds_sum", pool)] == 2.0
+    assert got[("gateway_queue_wait_seconds_bucket", (("le", "0.001"), ("pool", "m")))] == 1  # r2: no wait
+    assert got[("gateway_queue_wait_seconds_bucket", (("le", "2.5"), ("pool", "m")))] == 2
+    assert got[("gateway_overhead_seconds_sum", ())] == 0.0004

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.settings import SettingsError, load_settings
+from gateway.settings import SettingsError, default_state_dir, load_config, load_settings
 
 GOOD = """\
 host: 0.0.0.0
@@ -82,3 +82,88 @@ def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
 def test_no_file_gives_defaults() -> None:
     settings = load_settings(None)
     assert (settings.host, settings.port, settings.probe.startup_grace_s) == ("127.0.0.1", 8080, 600.0)
+
+
+def test_relative_paths_resolve_against_the_config_folder_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    path = write(folder, GOOD + "policy: policies/p.yaml\nstate_dir: state\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    settings = load_settings(Path("..") / "etc" / "gateway.yaml")
+    assert settings.policy is not None and settings.state_dir is not None
+    assert settings.policy.resolve() == folder / "policies" / "p.yaml"
+    assert settings.state_dir.resolve() == folder / "state"
+    assert load_settings(path).policy == folder / "policies" / "p.yaml"
+
+
+def test_absolute_and_home_relative_paths_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = write(tmp_path, GOOD + "policy: /srv/p.yaml\nstate_dir: ~/state\n")
+    settings = load_settings(path)
+    assert (settings.policy, settings.state_dir) == (Path("/srv/p.yaml"), tmp_path / "home" / "state")
+
+
+def test_paths_from_the_environment_are_the_process_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPARK_GATEWAY_POLICY", "policies/p.yaml")
+    assert load_settings(write(tmp_path, GOOD)).policy == Path("policies/p.yaml")
+
+
+def test_a_config_without_state_dir_gets_a_folder_of_its_own_in_the_user_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = load_settings(write(tmp_path / "a", GOOD)), load_settings(write(tmp_path / "b", GOOD))
+    assert first.state_dir is not None and second.state_dir is not None
+    assert first.state_dir.parent == tmp_path / "cache" / "spark-gateway"
+    assert first.state_dir.name.startswith("gateway-") and first.state_dir != second.state_dir
+    monkeypatch.chdir(tmp_path / "a")  # the same file by another spelling: the same folder
+    assert (
+        load_settings("gateway.yaml").state_dir
+        == first.state_dir
+        == default_state_dir(tmp_path / "a" / "gateway.yaml")
+    )
+
+
+def test_state_dir_null_keeps_no_state_and_no_file_means_none(tmp_path: Path) -> None:
+    assert load_settings(write(tmp_path, GOOD + "state_dir: null\n")).state_dir is None
+    assert load_settings(None).state_dir is None
+
+
+def test_a_model_name_given_twice_is_refused_at_the_second_one(tmp_path: Path) -> None:
+    text = GOOD + "  - model: other\n    aliases: [q]\n    backends: [a]\n"
+    path = write(tmp_path, text)
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    assert caught.value.lines == [
+        f"{path}:18: pools.1.aliases.0: model name 'q' is already an alias of pool 'qwen' (pools.0.aliases.0)"
+    ]
+
+
+def test_an_alias_repeating_its_pools_model_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("aliases: [q]", "aliases: [q, qwen]"))
+    with pytest.raises(
+        SettingsError, match=rf"{path}:14: pools.0.aliases.1: model name 'qwen' is already the model"
+    ):
+        load_settings(path)
+
+
+def test_a_backend_name_given_twice_is_refused_at_the_second_one(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("  - name: b\n", "  - name: a\n"))
+    with pytest.raises(SettingsError, match=rf"{path}:7: backends.1.name: backend name 'a' is already used"):
+        load_settings(path)
+
+
+def test_a_backend_in_no_pool_is_a_warning(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("backends: [a, b]", "backends: [a]").replace("{b: qwen-gguf}", "{}"))
+    loaded = load_config(path)
+    assert loaded.warnings == (
+        f"{path}:7: warning: backends.1: backend 'b' is in no pool, so no request can reach it",
+    )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.policy.crosscheck import KnownBackend
 from gateway.policy.load import PolicyError, load_policy, parse_policy
 
 GOOD = """\
@@ -82,3 +83,29 @@ def test_the_hash_is_of_the_file_bytes_even_with_crlf(tmp_path: Path) -> None:
     import hashlib
 
     assert load_policy(path).sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+KNOWN = (KnownBackend("a", pools=("m",)), KnownBackend("b", pools=("m",)))
+
+
+def test_with_the_configs_backends_an_unknown_name_is_refused_at_its_line() -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(GOOD.replace("prefer: [a]", "prefer: [c]"), "x.yaml", KNOWN)
+    assert info.value.lines() == [
+        "x.yaml:6: profiles.0.prefer.0: unknown backend 'c'; did you mean 'a'? (backends: a, b)"
+    ]
+
+
+def test_without_the_configs_backends_names_are_not_checked() -> None:
+    assert parse_policy(GOOD.replace("prefer: [a]", "prefer: [c]"), "x.yaml").warnings == ()
+
+
+def test_cross_check_warnings_are_kept_with_their_line_and_do_not_refuse() -> None:
+    text = GOOD + "    avoid: [b]\n"  # only `default` avoids b: `long` still reaches it
+    assert parse_policy(text, "x.yaml", KNOWN).warnings == ()
+    text = GOOD.replace("    prefer: [a]\n", "    prefer: [a]\n    avoid: [b]\n") + "    avoid: [b]\n"
+    loaded = parse_policy(text, "x.yaml", KNOWN)
+    assert loaded.warning_lines() == [
+        "x.yaml:2: warning: profiles: no profile can reach backend 'b', so it never serves: "
+        "long avoids 'b'; default avoids 'b'"
+    ]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.policy.crosscheck import KnownBackend
 from gateway.policy.load import PolicyError, PolicyWatcher
 
 
@@ -180,3 +181,52 @@ async def test_stop_ends_the_polling_task(policy_file: Path) -> None:
     write(policy_file, policy_text(7))
     await asyncio.sleep(0.05)
     assert threshold(watcher) == 1000
+
+
+KNOWN = (KnownBackend("spark-a", pools=("m",)), KnownBackend("spark-b", pools=("m",)))
+
+
+def test_an_edit_naming_a_backend_the_config_lacks_is_refused_and_the_last_good_stays(
+    policy_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    reloads = Reloads()
+    watcher = PolicyWatcher(policy_file, on_reload=reloads, known=KNOWN)
+    caplog.set_level(logging.ERROR, logger="gateway.policy")
+    write(policy_file, policy_text(2000) + "    prefer: [vllm-mtp]\n")
+    result = watcher.poll()
+    assert result is not None and not result.ok
+    assert threshold(watcher) == 1000 and result.loaded is watcher.current
+    expected = f"{policy_file}:7: profiles.1.prefer.0: unknown backend 'vllm-mtp'; did you mean 'spark-a'?"
+    assert result.errors[0].startswith(expected)
+    assert reloads.calls == [("error", result.errors[0])] and watcher.last_error == result.errors[0]
+    assert any(
+        expected in r.getMessage() and "keeping the last good" in r.getMessage() for r in caplog.records
+    )
+    write(policy_file, policy_text(2000) + "    prefer: [spark-b]\n")
+    assert watcher.reload().ok and threshold(watcher) == 2000
+
+
+def test_a_policy_naming_a_backend_the_config_lacks_refuses_to_start(policy_file: Path) -> None:
+    policy_file.write_text(policy_text(1) + "    avoid: [spark-c]\n")
+    with pytest.raises(PolicyError, match=r":7: profiles.1.avoid.0: unknown backend 'spark-c'"):
+        PolicyWatcher(policy_file, known=KNOWN)
+    assert PolicyWatcher(policy_file).current.policy.profiles[1].avoid == ["spark-c"]  # unchecked alone
+
+
+def test_a_backend_no_profile_reaches_is_logged_but_the_policy_is_used(
+    policy_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.policy")
+    watcher = PolicyWatcher(policy_file, known=KNOWN)
+    assert caplog.records == []
+    avoid = "    avoid: [spark-b]\n"
+    write(policy_file, policy_text(1).replace("  - name: long\n", "  - name: long\n" + avoid) + avoid)
+    result = watcher.reload()
+    assert result.ok and threshold(watcher) == 1
+    warning = (
+        f"policy {policy_file}:2: warning: profiles: no profile can reach backend 'spark-b', so it never "
+        "serves: long avoids 'spark-b'; default avoids 'spark-b'"
+    )
+    assert [r.getMessage() for r in caplog.records] == [warning]
+    PolicyWatcher(policy_file, known=KNOWN)  # and at start
+    assert [r.getMessage() for r in caplog.records] == [warning, warning]
