@@ -34,9 +34,9 @@ from gateway.policy.load import PolicyWatcher
 from gateway.proxy.dispatch import Dispatcher, Observer
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
 from gateway.proxy.upstream import AiohttpTransport, UpstreamTransport
+from gateway.records import BackendSnapshot
 from gateway.routing.least_busy import LeastBusyRouter
 from gateway.routing.router import PolicyRouter
-from gateway.routing.types import BackendSnapshot
 from gateway.settings import Settings
 from gateway.shutdown import DrainGuard, DrainTracker
 from gateway.stats.live_metrics import LiveCollector

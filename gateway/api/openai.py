@@ -30,7 +30,7 @@ from gateway.api.errors import send_error
 from gateway.backends.registry import Registry
 from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.proxy.reliability import hopeful
-from gateway.routing.types import BackendSnapshot, Decision
+from gateway.records import BackendSnapshot, Decision
 
 
 class Router(Protocol):

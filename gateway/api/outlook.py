@@ -20,7 +20,7 @@ from gateway.api.openai import Router
 from gateway.backends.warmup import Warming
 from gateway.proxy.admission import Refused, queue_timeout_message
 from gateway.proxy.reliability import Reliability, hopeful, warming_refused
-from gateway.routing.types import BackendSnapshot
+from gateway.records import BackendSnapshot
 
 Outcome = dict[str, Any]
 

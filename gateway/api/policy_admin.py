@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from gateway.api.errors import error_body
 from gateway.policy.load import ReloadResult
-from gateway.routing.types import BackendSnapshot
+from gateway.records import BackendSnapshot
 
 PoolResolver = Callable[[str], Sequence[BackendSnapshot] | None]  # model name -> its backends, None: unknown
 # (model, endpoint, body, backends, explanation) -> what the request would meet

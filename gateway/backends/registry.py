@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.routing.types import BackendSnapshot
+from gateway.records import BackendSnapshot
 from gateway.settings import BackendConfig, PoolConfig, Settings
 
 

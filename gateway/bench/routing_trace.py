@@ -20,7 +20,7 @@ import orjson
 from starlette.types import ASGIApp, Message
 
 from gateway.api.asgi import http_scope
-from gateway.routing.types import BackendSnapshot, Decision
+from gateway.records import BackendSnapshot, Decision
 from gateway.sim.fleet import FleetSpec
 from gateway.sim.text import make_prompt
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gateway.policy.schema import NumberCondition, Policy, Profile, SetCondition, StringCondition, When
+from gateway.records import Features
 from gateway.routing.features import needed_tokens
-from gateway.routing.types import Features
 
 Condition = NumberCondition | SetCondition | StringCondition | bool
 Value = float | int | str | bool | frozenset[str] | None

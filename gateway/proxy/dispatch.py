@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from gateway.proxy.upstream import (
     UpstreamTimeout,
     UpstreamTransport,
 )
+from gateway.records import RequestRecord
 from gateway.settings import PoolConfig
 from gateway.stats.live import DeviceTime
 
@@ -85,36 +86,6 @@ class Job:
                 }
             self._bodies[served] = orjson.dumps(body)
         return self._bodies[served]
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """What happened to one request; everything a recorder needs, in seconds and token counts."""
-
-    request_id: str
-    model: str
-    endpoint: str
-    profile: str
-    stream: bool
-    backend: str | None = None
-    status: int = 0
-    attempts: int = 0
-    inflight_at_dispatch: int = 0  # the backend's in-flight count including this request
-    device_inflight_at_dispatch: int = 0  # the same over every backend sharing its device
-    device_shared_s: float = 0.0  # seconds of the attempt during which another backend of its device was busy
-    ttft: float | None = None
-    itl: list[float] = field(default_factory=list)
-    tpot: float | None = None
-    output_tokens: int | None = None
-    prompt_tokens: int | None = None
-    e2e: float = 0.0
-    overhead: float = 0.0  # the gateway's own time before the upstream request went out, queueing excluded
-    queue_wait: float = 0.0  # time spent taking admission slots: waiting in the pool's queue, comebacks
-    error: str | None = None
-    failures: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) per failed attempt
-    # The parsed request, for recorders that relate usage to the prompt (the router's token estimator);
-    # a reference, read after the answer went out, so the request path pays nothing for it.
-    body: Mapping[str, Any] | None = field(default=None, repr=False)
 
 
 Observer = Callable[[RequestRecord], None]

@@ -27,7 +27,7 @@ from gateway.backends.registry import Status
 from gateway.backends.warmup import Warming, Warmups
 from gateway.proxy.admission import Admission, AdmissionConfig, Refused
 from gateway.proxy.breaker import BreakerConfig, Breakers, StateName
-from gateway.routing.types import BackendSnapshot
+from gateway.records import BackendSnapshot
 from gateway.settings import Settings
 
 # Prometheus value of each breaker state: 0 closed, 1 half-open, 2 open.

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.backends.scraper import MetricsScraper
+from gateway.records import BackendSnapshot
 from gateway.routing.context import RouteContext
 from gateway.routing.predict import (
     MAX_EPSILON,
@@ -77,7 +78,6 @@ from gateway.routing.predict import (
     predict_with_model,
 )
 from gateway.routing.scorers import PreferenceScorer
-from gateway.routing.types import BackendSnapshot
 from gateway.stats.live import LiveRecorder
 
 KNOWN_FLOOR = 0.25  # the lowest score of a backend with a prediction

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.policy.schema import Profile, RoutingMode, Weights
-from gateway.routing.types import Features
+from gateway.records import Features
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from gateway.records import Decision, Features
 from gateway.routing.context import RouteContext
 from gateway.routing.features import needed_tokens
-from gateway.routing.types import Decision, Features
 
 if TYPE_CHECKING:  # only for annotations: keeps routing importable without the policy loader
     from gateway.policy.classify import Classification

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.routing.types import BackendSnapshot, Features
+from gateway.records import BackendSnapshot, Features
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
 # Fixed token costs of non-text parts. A 1024x1024 image is ~1k tokens on Qwen-VL style encoders; video

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.records import BackendSnapshot, Refusal
 from gateway.routing.context import RouteContext
 from gateway.routing.features import DEFAULT_OUTPUT_TOKENS, needed_tokens
-from gateway.routing.types import BackendSnapshot, Refusal
 
 Reject = Callable[[RouteContext, BackendSnapshot], str | None]  # why the backend is out, or None
 Refuse = Callable[[RouteContext, Sequence[BackendSnapshot]], Refusal]  # when this filter left none

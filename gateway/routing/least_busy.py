@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.routing.types import BackendSnapshot, Candidate, Decision, Refusal
+from gateway.records import BackendSnapshot, Candidate, Decision, Refusal
 
 PROFILE = "default"
 

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.backends.scraper import ScrapeResult
-from gateway.stats.live import LiveRecorder, Sample
+from gateway.records import Sample
+from gateway.stats.live import LiveRecorder
 
 Objective = Literal["ttft", "e2e", "tokens_per_second"]
 OBJECTIVES: tuple[Objective, ...] = ("ttft", "e2e", "tokens_per_second")

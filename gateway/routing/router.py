@@ -13,13 +13,13 @@ from typing import Any, Protocol
 from gateway.policy.classify import classify, classify_explained
 from gateway.policy.load import LoadedPolicy
 from gateway.policy.schema import Policy, Profile
+from gateway.records import BackendSnapshot, Candidate, Decision, Features, Refusal
 from gateway.routing.context import RouteContext
 from gateway.routing.explain import build_explanation
 from gateway.routing.features import TokenEstimator, content_size, extract_features
 from gateway.routing.filters import DEFAULT_FILTERS, Filter
 from gateway.routing.picker import pick
 from gateway.routing.scorers import LoadScorer, PreferenceScorer, Scorer
-from gateway.routing.types import BackendSnapshot, Candidate, Decision, Features, Refusal
 
 WeightedScorer = tuple[Scorer, float]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from gateway.records import BackendSnapshot
 from gateway.routing.context import RouteContext
-from gateway.routing.types import BackendSnapshot
 
 
 class Scorer(Protocol):

@@ -18,37 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gateway.records import Sample
+
 Clock = Callable[[], float]
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One finished request as the gateway saw it. Times are seconds."""
-
-    e2e: float  # dispatch to last byte
-    ttft: float | None  # dispatch to first token; None when no token arrived
-    output_tokens: int
-    prompt_tokens: int
-    concurrency: int  # the backend's in-flight count at dispatch, this request included
-    error: bool = False
-    mean_itl: float | None = None  # mean gap between streamed token chunks; None when not streamed
-    # Share of the request's life (0..1) during which another backend of its device had requests in
-    # flight: their weights are read every step too, so they slow this request whatever its own load.
-    device_share: float = 0.0
-
-    @property
-    def tpot(self) -> float | None:
-        """Decode time per output token after the first one; None when there was no decode phase."""
-        if self.error or self.ttft is None or self.output_tokens < 2:
-            return None
-        decode = self.e2e - self.ttft
-        return decode / (self.output_tokens - 1) if decode > 0 else None
-
-    @property
-    def decode_tps(self) -> float | None:
-        """Per-request decode speed in tokens/s (the inverse of TPOT)."""
-        tpot = self.tpot
-        return 1.0 / tpot if tpot else None
 
 
 Entry = tuple[float, Sample]  # (recorded_at, sample)

@@ -17,10 +17,11 @@ from typing import Protocol
 
 from gateway.backends.engine_metrics import FLAVORS, Flavor
 from gateway.backends.scraper import MetricsScraper, ScrapeTarget
+from gateway.records import Sample
 from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
 from gateway.settings import BackendConfig, MeasurementConfig, PoolConfig
 from gateway.stats import snapshot
-from gateway.stats.live import LiveRecorder, Sample
+from gateway.stats.live import LiveRecorder
 
 log = logging.getLogger(__name__)
 

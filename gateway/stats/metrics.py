@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.backends.registry import Registry, Status
-from gateway.proxy.dispatch import RequestRecord
+from gateway.records import RequestRecord
 
 # Seconds. LLM latencies span four orders of magnitude: ITL in ms, TTFT up to minutes of prefill.
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from gateway.stats.live import LiveRecorder, Sample
+from gateway.records import Sample
+from gateway.stats.live import LiveRecorder
 from gateway.tasks import BackgroundTask
 
 log = logging.getLogger(__name__)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.policy.load import parse_policy
+from gateway.records import BackendSnapshot, Sample
 from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
 from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.types import BackendSnapshot
-from gateway.stats.live import LiveRecorder, Sample
+from gateway.stats.live import LiveRecorder
 
 # (backend, profile, concurrency) -> (ttft seconds, tpot seconds)
 Perf = Callable[[str, str, int], tuple[float, float]]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gateway.policy.load import parse_policy
+from gateway.records import BackendSnapshot
 from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
 from gateway.routing.predict import CellModel, DeviceLoad, build_model, busy_extension, device_harm
 from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.types import BackendSnapshot
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import decode_samples as samples

@@ -3,11 +3,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.policy.load import parse_policy
+from gateway.records import BackendSnapshot, Sample
 from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer, Verdict
 from gateway.routing.context import RouteContext
 from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.types import BackendSnapshot
-from gateway.stats.live import LiveRecorder, Sample
+from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import POLICY, Clock, make_router, serve
 
 

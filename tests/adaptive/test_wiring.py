@@ -12,13 +12,11 @@ from gateway.backends.registry import Status
 from gateway.bench.routing_trace import CLASSES, Lifespan, post, request_body
 from gateway.commands.serve import settings_for_fleet
 from gateway.policy.load import parse_policy
-from gateway.proxy.dispatch import RequestRecord
+from gateway.records import BackendSnapshot, RequestRecord, Sample
 from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.types import BackendSnapshot
 from gateway.settings import BackendConfig, MeasurementConfig, load_settings
 from gateway.sim.fleet import load_fleet
 from gateway.sim.runner import TwinFleet
-from gateway.stats.live import Sample
 from gateway.stats.measurement import Measurement, record_sample
 from tests.adaptive.routing_loop import POLICY
 

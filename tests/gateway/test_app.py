@@ -15,10 +15,9 @@ from starlette.applications import Starlette
 from gateway.api.asgi import http_scope
 from gateway.app import build_app, build_gateway
 from gateway.policy.load import PolicyError
-from gateway.proxy.dispatch import RequestRecord
+from gateway.records import BackendSnapshot, Decision, RequestRecord
 from gateway.routing.least_busy import LeastBusyRouter
 from gateway.routing.router import PolicyRouter
-from gateway.routing.types import BackendSnapshot, Decision
 
 REPO = Path(__file__).resolve().parents[2]
 

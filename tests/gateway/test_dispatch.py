@@ -14,9 +14,10 @@ from gateway_fakes import FakeEngine, running_gateway, settings_for
 
 from gateway.backends.registry import Registry, Status
 from gateway.backends.warmup import Warmups
-from gateway.proxy.dispatch import Dispatcher, Job, RequestRecord
+from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.proxy.reliability import Reliability
 from gateway.proxy.upstream import MockResponse, MockTransport, UpstreamConnectError, UpstreamTimeout
+from gateway.records import RequestRecord
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 from gateway_fakes import running_gateway, settings_for
 
-from gateway.routing.types import BackendSnapshot, Decision
+from gateway.records import BackendSnapshot, Decision
 
 SETTINGS = settings_for({"a": "http://127.0.0.1:1"})  # nothing listens there: no request goes upstream
 

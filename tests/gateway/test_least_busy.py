@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gateway.records import BackendSnapshot
 from gateway.routing.least_busy import LeastBusyRouter
-from gateway.routing.types import BackendSnapshot
 
 BODY = {"model": "m", "messages": []}
 

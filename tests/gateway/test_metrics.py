@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.backends.registry import Registry, Status
-from gateway.proxy.dispatch import RequestRecord
+from gateway.records import RequestRecord
 from gateway.stats.metrics import GatewayMetrics
 
 

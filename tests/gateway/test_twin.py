@@ -15,7 +15,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from gateway.app import Gateway
 from gateway.backends.registry import Status
 from gateway.commands.serve import settings_for_fleet
-from gateway.proxy.dispatch import RequestRecord
+from gateway.records import RequestRecord
 from gateway.sim.fleet import FleetSpec
 from gateway.sim.runner import TwinFleet
 

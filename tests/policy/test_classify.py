@@ -8,7 +8,7 @@ import pytest
 
 from gateway.policy.classify import classify, classify_explained, matches
 from gateway.policy.schema import Policy, When
-from gateway.routing.types import Features
+from gateway.records import Features
 
 POLICY = Policy.model_validate(
     {

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from gateway.policy.load import load_policy
+from gateway.records import BackendSnapshot
 from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.types import BackendSnapshot
 
 POLICY = Path(__file__).parents[2] / "policies" / "spark-mtp-split.yaml"
 BODY = {"model": "qwen", "messages": [{"role": "user", "content": "w" * 32768}], "max_tokens": 256}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 
+from gateway.records import BackendSnapshot
 from gateway.routing.features import (
     DEFAULT_CHARS_PER_TOKEN,
     MEDIA_TOKENS,
@@ -12,7 +13,6 @@ from gateway.routing.features import (
     extract_features,
     needed_tokens,
 )
-from gateway.routing.types import BackendSnapshot
 
 POOL = [BackendSnapshot("a", inflight=2), BackendSnapshot("b", inflight=3)]
 

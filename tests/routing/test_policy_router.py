@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gateway.policy.load import load_policy, parse_policy
+from gateway.records import BackendSnapshot, Candidate, Decision
 from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.types import BackendSnapshot, Candidate, Decision
 
 POLICIES = Path(__file__).parents[2] / "policies"
 VISION = frozenset({"text", "image", "video"})

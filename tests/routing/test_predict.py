@@ -9,6 +9,7 @@ import pytest
 
 from gateway.backends.engine_metrics import EngineMetrics
 from gateway.backends.scraper import ScrapeResult
+from gateway.records import Sample
 from gateway.routing.predict import (
     MAX_EPSILON,
     EngineHint,
@@ -22,7 +23,7 @@ from gateway.routing.predict import (
     predict_with_model,
     rank,
 )
-from gateway.stats.live import LiveRecorder, Sample
+from gateway.stats.live import LiveRecorder
 
 
 def cell(ttft: tuple[float, float], tpot: tuple[float, float], levels: range, seed: int = 1) -> list[Sample]:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from gateway.stats.live import LiveRecorder, Sample, percentile
+from gateway.records import Sample
+from gateway.stats.live import LiveRecorder, percentile
 
 
 def sample(

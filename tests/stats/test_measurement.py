@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from gateway.app import build_gateway
+from gateway.records import Sample
 from gateway.settings import MeasurementConfig, load_settings
 from gateway.stats import snapshot
-from gateway.stats.live import LiveRecorder, Sample
+from gateway.stats.live import LiveRecorder
 from gateway.stats.measurement import Measurement
 
 MODEL = "Qwen/Qwen3.6-35B-A3B-FP8"

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.records import Sample
 from gateway.stats import snapshot
-from gateway.stats.live import LiveRecorder, Sample
+from gateway.stats.live import LiveRecorder
 
 NOW = 1_760_000_000.0  # wall-clock epoch seconds
 IDS = {

@@ -1,0 +1,33 @@
+"""What the router decided for one request: the ranking, every candidate's fate, or a refusal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One backend's fate in a decision: filtered out (with why) or scored."""
+
+    backend: str
+    eligible: bool
+    reason: str = ""  # why filtered, or a short why-this-score
+    score: float | None = None
+    details: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """No backend of the pool can serve this request: an OpenAI-style client error."""
+
+    status: int  # 400 for capability/context, 503 when only starting backends could serve
+    code: str  # e.g. "context_length_exceeded", "unsupported_modality", "no_ready_backend"
+    message: str  # names the limit, e.g. the largest context available
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    profile: str
+    ranked: tuple[str, ...]  # eligible backends best first: the first is tried, the rest are failover
+    candidates: tuple[Candidate, ...] = ()
+    refusal: Refusal | None = None
