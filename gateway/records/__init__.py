@@ -7,9 +7,9 @@ and policy work on plain data and every other package can hand it to them. No fr
 """
 
 from gateway.records.backend import BackendSnapshot
-from gateway.records.decision import Candidate, Decision, Refusal
+from gateway.records.decision import Candidate, Decision, ExplorationPlan, Refusal
 from gateway.records.features import Features
 from gateway.records.request_record import RequestRecord
 from gateway.records.sample import Sample
 
-__all__ = ["BackendSnapshot", "Candidate", "Decision", "Features", "Refusal", "RequestRecord", "Sample"]
+__all__ = ["BackendSnapshot", "Candidate", "Decision", "ExplorationPlan", "Features", "Refusal", "RequestRecord", "Sample"]

@@ -26,6 +26,19 @@ class Refusal:
 
 
 @dataclass(frozen=True, slots=True)
+class ExplorationPlan:
+    """What this request would do to its profile's exploration state: computed while scoring, applied only
+    when the dispatcher sends the request (scoring changes nothing, so explain and a fallback cost nothing).
+
+    `accrued` is the credit this request adds; `backend`, when set, is the under-measured backend the
+    request explores, which spends one credit and books one exploration if the request is sent there."""
+
+    profile: str
+    accrued: float = 0.0
+    backend: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     profile: str
     ranked: tuple[str, ...]  # eligible backends best first: the first is tried, the rest are failover
