@@ -31,16 +31,17 @@ from gateway.backends.registry import Registry
 from gateway.backends.warmup import Warmups
 from gateway.config_check import known_backends
 from gateway.policy.load import PolicyWatcher
-from gateway.proxy.dispatch import Dispatcher, Observer
+from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job, Observer
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
 from gateway.proxy.upstream import AiohttpTransport, UpstreamTransport
 from gateway.records import BackendSnapshot
+from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.least_busy import LeastBusyRouter
 from gateway.routing.router import PolicyRouter
-from gateway.settings import Settings
+from gateway.settings import BackendConfig, Settings
 from gateway.shutdown import DrainGuard, DrainTracker
 from gateway.stats.live_metrics import LiveCollector
-from gateway.stats.measurement import Measurement, transport_fetch
+from gateway.stats.measurement import Measurement
 from gateway.stats.metrics import GatewayMetrics
 
 
@@ -84,17 +85,20 @@ def build_gateway(
         settings.measurement,
         settings.backends,
         settings.state_dir,
-        transport_fetch(transport),
+        transport.get,  # engine /metrics through the transport's control-plane GET
         pools=settings.pools,
     )
     metrics.registry.register(LiveCollector(measurement.recorder, measurement.scraper))
     running = [*services, measurement]
     watcher = None
+    booking: list[DispatchListener] = []
     if router is None and settings.policy is not None:
         # Every load checks the backend names the policy uses against this config's backends.
         known = known_backends(settings)
         watcher = PolicyWatcher(settings.policy, on_reload=metrics.count_policy_reload, known=known)
-        router = PolicyRouter(watcher, objective_scorer=measurement.objective_scorer())
+        objective = adaptive_scorer(measurement, settings.backends)
+        router = PolicyRouter(watcher, objective_scorer=objective)
+        booking.append(book_explorations(objective))
         running.append(watcher)
     # The policy router learns each backend's characters per token from the usage it reports.
     learn = [router.observe] if isinstance(router, PolicyRouter) else []
@@ -110,11 +114,12 @@ def build_gateway(
         settings.limits.max_attempts,
         [metrics.observe, measurement.observe, *observers, *learn],
         reliability=reliability,
+        on_dispatch=booking,
     )
     return Gateway(
         settings=settings,
         registry=registry,
-        prober=Prober(registry, settings.probe),
+        prober=Prober(registry, settings.probe, transport.get),
         transport=transport,
         router=router or LeastBusyRouter(),
         dispatcher=dispatcher,
@@ -124,6 +129,28 @@ def build_gateway(
         reliability=reliability,
         measurement=measurement,
     )
+
+
+def adaptive_scorer(measurement: Measurement, backends: Sequence[BackendConfig]) -> AdaptiveScorer:
+    """The policy router's objective scorer, handed what it reads: the live windows, each engine's latest
+    report (when scraped) and which backends share a device."""
+    scraper = measurement.scraper
+    return AdaptiveScorer(
+        measurement.recorder,
+        hints=scraper.hint if scraper is not None else None,
+        devices={b.name: b.device for b in backends if b.device is not None},
+    )
+
+
+def book_explorations(scorer: AdaptiveScorer) -> DispatchListener:
+    """A dispatch listener: the exploration a request's decision planned is booked once, with the backend
+    its first attempt went to."""
+
+    def book(job: Job, backend: str) -> None:
+        if job.exploration is not None:
+            scorer.book(job.exploration, backend)
+
+    return book
 
 
 def build_app(gateway: Gateway) -> Starlette:
@@ -166,7 +193,7 @@ def build_app(gateway: Gateway) -> Starlette:
         stats = Stats(gateway.measurement.recorder, gateway.measurement.scraper)
         routes.append(Route("/gateway/stats", stats, methods=["GET"]))
     if gateway.policy is not None and isinstance(gateway.router, PolicyRouter):
-        outlook = Outlook(gateway.router, gateway.reliability) if gateway.reliability is not None else None
+        outlook = Outlook(gateway.reliability) if gateway.reliability is not None else None
         routes += policy_admin_routes(
             gateway.router, gateway.policy, _pool_resolver(gateway.registry), outlook
         )
@@ -199,7 +226,3 @@ def _pool_resolver(registry: Registry) -> PoolResolver:
         return None if pool is None else registry.snapshots(pool)
 
     return resolve
-
-
-def create_app(settings: Settings, router: Router | None = None) -> Starlette:
-    return build_app(build_gateway(settings, router=router))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gateway.api.auth import AuthConfig
 from gateway.yaml_lines import Loc, dotted, locate
 
 log = logging.getLogger(__name__)
@@ -136,14 +136,55 @@ class ShutdownSettings(_Strict):
 
 
 class MeasurementConfig(_Strict):
-    """Live measurement and adaptive routing (docs/measurement.md)."""
+    """Live measurement (docs/measurement.md). How adaptive routing uses it (min_samples, explore_epsilon,
+    tolerance, contended_share) is the policy's: its `adaptive` block, reloaded with it."""
 
     window_s: float = Field(default=600.0, gt=0, description="samples older than this expire")
     scrape_interval_s: float = Field(default=1.0, gt=0, description="engine /metrics poll interval")
     snapshot_interval_s: float = Field(default=60.0, gt=0, description="live-stats.json save interval")
-    min_samples: int = Field(default=5, ge=1, description="samples a cell needs before it predicts")
-    # Exploration stops once a cell has min_samples, so this only sets how soon the cost is paid.
-    explore_epsilon: float = Field(default=0.25, ge=0, le=0.5)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _routing_knobs_are_the_policys(cls, data: Any) -> Any:
+        """A config written for an earlier version names them here: say where they went."""
+        if isinstance(data, dict):
+            for key in ("min_samples", "explore_epsilon"):
+                if key in data:
+                    message = (
+                        f"moved to the policy file: set `adaptive: {{{key}: {data[key]}}}` there "
+                        "(docs/policy.md; reloaded with the policy)"
+                    )
+                    raise ConfigConflict(("measurement", key), message)
+        return data
+
+
+AuthNeed = Literal["open", "client", "admin"]  # who may call a path: anyone, a client key, the admin key
+_KEY_HASH = re.compile(r"^(?:sha256:)?([0-9a-f]{64})$")
+
+
+class AuthConfig(_Strict):
+    """The `auth:` section: API keys as SHA-256 hashes (api/auth.py enforces them)."""
+
+    client_key_hashes: tuple[str, ...] = Field(default=(), max_length=10_000)
+    admin_key_hash: str | None = None
+    metrics: AuthNeed = "open"
+
+    @field_validator("client_key_hashes")
+    @classmethod
+    def _client_digests(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_key_digest(v) for v in values)
+
+    @field_validator("admin_key_hash")
+    @classmethod
+    def _admin_digest(cls, value: str | None) -> str | None:
+        return None if value is None else _key_digest(value)
+
+
+def _key_digest(value: str) -> str:
+    match = _KEY_HASH.match(value.strip().lower())
+    if match is None:
+        raise ValueError("must be a SHA-256 hex digest, optionally prefixed 'sha256:' (see hash-key)")
+    return match.group(1)
 
 
 class Settings(BaseSettings):

@@ -86,6 +86,11 @@ class Explanation(Open):
     candidates: list[dict[str, Any]]
     chosen: str | None
     ranked: list[str]
+    fallback: list[str] = Field(
+        default_factory=list,
+        description="backends out for now only (warming up, full, breaker open), best first: what the "
+        "request could wait for",
+    )
     refusal: dict[str, Any] | None
     outcome: dict[str, Any] | None = Field(None, description="served, refused, or a wait and how it ends")
 

@@ -1,30 +1,26 @@
-"""Small pure-ASGI pieces shared by the routes: type aliases, a bytes response, the request-context
-middleware. Never BaseHTTPMiddleware: it adds a task group and a relay per chunk on the streaming path."""
+"""Small pure-ASGI pieces shared by the routes: type aliases and a bytes response (defined in
+proxy/asgi.py, re-exported here), the request-context middleware. Never BaseHTTPMiddleware: it adds a
+task group and a relay per chunk on the streaming path."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from gateway.proxy.asgi import ASGIApp as ASGIApp
+from gateway.proxy.asgi import Message as Message
+from gateway.proxy.asgi import Receive as Receive
+from gateway.proxy.asgi import Scope as Scope
+from gateway.proxy.asgi import Send as Send
+from gateway.proxy.asgi import send_bytes as send_bytes
 
 REQUEST_ID = "gateway.request_id"
 STARTED = "gateway.started"  # time.perf_counter() when the request reached the gateway
 RESPONSE_STARTED = "gateway.response_started"  # set once the response head went out (errors.ServerErrors)
-
-
-async def send_bytes(send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]]) -> None:
-    head = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
 
 
 class BodyTooLarge(Exception):

@@ -1,9 +1,10 @@
 """API keys: a pure-ASGI middleware guarding the client API, the admin API and /metrics.
 
 Keys are configured as SHA-256 hashes (`spark-gateway hash-key` prints one), so the configuration file
-holds no secret. A presented key (`Authorization: Bearer <key>`) is hashed and compared with every
-configured hash through hmac.compare_digest, without stopping at the first match, so the time taken says
-nothing about which key or how much of it matched. Keys are never logged nor echoed in errors.
+holds no secret; the `auth:` section (AuthConfig) is plain settings, in gateway/settings.py. A presented
+key (`Authorization: Bearer <key>`) is hashed and compared with every configured hash through
+hmac.compare_digest, without stopping at the first match, so the time taken says nothing about which key
+or how much of it matched. Keys are never logged nor echoed in errors.
 
 Who may call what:
 - /health and /ready: always open (container health checks, load balancers).
@@ -18,53 +19,24 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import re
 from typing import Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.api.asgi import ASGIApp, Receive, Scope, Send, header, send_bytes
+from gateway.settings import AuthConfig
+from gateway.settings import AuthNeed as Need
 
 Role = Literal["admin", "client", "anonymous"]
-Need = Literal["open", "client", "admin"]
 AUTH_ROLE = "gateway.auth_role"  # scope key: who the request was authenticated as
 
 _OPEN_PATHS = frozenset({"/health", "/ready"})
-_HASH = re.compile(r"^(?:sha256:)?([0-9a-f]{64})$")
 _log = logging.getLogger(__name__)
 
 
 def hash_key(key: str) -> str:
     """The configuration form of an API key: `sha256:<64 hex digits>`."""
     return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def _digest(value: str) -> str:
-    match = _HASH.match(value.strip().lower())
-    if match is None:
-        raise ValueError("must be a SHA-256 hex digest, optionally prefixed 'sha256:' (see hash-key)")
-    return match.group(1)
-
-
-class AuthConfig(BaseModel):
-    """The `auth:` section of the settings."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    client_key_hashes: tuple[str, ...] = Field(default=(), max_length=10_000)
-    admin_key_hash: str | None = None
-    metrics: Need = "open"
-
-    @field_validator("client_key_hashes")
-    @classmethod
-    def _client_digests(cls, values: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_digest(v) for v in values)
-
-    @field_validator("admin_key_hash")
-    @classmethod
-    def _admin_digest(cls, value: str | None) -> str | None:
-        return None if value is None else _digest(value)
 
 
 class ApiKeyAuth:

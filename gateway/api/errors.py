@@ -2,7 +2,8 @@
 
 Every error the gateway answers itself has this shape, Starlette's own 404 and 405 and any unhandled
 exception included (`exception_handlers` and `ServerErrors`): the openai client shows only the status
-code of an error whose body it cannot parse.
+code of an error whose body it cannot parse. The body and SSE-frame builders are proxy/errors.py's
+(dispatch answers with them too), re-exported here.
 """
 
 from __future__ import annotations
@@ -10,32 +11,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.asgi import REQUEST_ID, RESPONSE_STARTED, ASGIApp, Receive, Scope, Send, send_bytes
-
-_TYPES = {
-    400: "invalid_request_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    502: "upstream_error",
-    503: "service_unavailable_error",
-    504: "upstream_timeout_error",
-}
-
-
-def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> bytes:
-    error = {"message": message, "type": _TYPES.get(status, "server_error"), "param": param, "code": code}
-    return orjson.dumps({"error": error})
-
-
-def error_frame(message: str, code: str, status: int = 502) -> bytes:
-    """An SSE frame carrying an error, for failures after the stream has started (status already 200)."""
-    return b"data: " + error_body(status, message, code) + b"\n\n"
+from gateway.proxy.errors import error_body as error_body
+from gateway.proxy.errors import error_frame as error_frame
 
 
 async def send_error(

@@ -1,74 +1,14 @@
-"""Request limits and header hygiene at the edges of the proxy.
+"""Request limits at the edge of the proxy.
 
-- BodySizeLimit: pure-ASGI middleware answering 413 (OpenAI-style body) when a request body is larger
-  than the limit, judged first by Content-Length and then by counting the streamed body, so an oversized
-  or lying client is cut off without the gateway ever buffering more than the limit.
-- forward_request_headers / forward_response_headers: strip hop-by-hop headers in both directions
-  (RFC 9110 7.6.1: they describe one connection, not the message) and credentials: the client's
-  Authorization never reaches a backend (backends get their own configured key), and a backend's
-  authentication headers never reach the client.
+BodySizeLimit: pure-ASGI middleware answering 413 (OpenAI-style body) when a request body is larger than
+the limit, judged first by Content-Length and then by counting the streamed body, so an oversized or lying
+client is cut off without the gateway ever buffering more than the limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import AnyStr
-
 from gateway.api.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from gateway.api.errors import send_error
-
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-authentication-info",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-# Not hop-by-hop, but never forwarded: credentials belong to one side of the proxy. Host and
-# Content-Length are set by the upstream client for the (possibly rewritten) body.
-_REQUEST_DROP = frozenset({"authorization", "host", "content-length", "cookie"})
-_RESPONSE_DROP = frozenset({"www-authenticate", "authentication-info", "set-cookie"})
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode("latin-1") if isinstance(value, bytes) else value
-
-
-def _connection_tokens(headers: list[tuple[AnyStr, AnyStr]]) -> set[str]:
-    """Header names listed in Connection are hop-by-hop for this message too."""
-    named: set[str] = set()
-    for name, value in headers:
-        if _text(name).lower() == "connection":
-            named.update(token.strip().lower() for token in _text(value).split(",") if token.strip())
-    return named
-
-
-def _strip(headers: Iterable[tuple[AnyStr, AnyStr]], extra: frozenset[str]) -> list[tuple[AnyStr, AnyStr]]:
-    pairs = list(headers)
-    drop = HOP_BY_HOP | extra | _connection_tokens(pairs)
-    kept = []
-    for name, value in pairs:
-        lowered = _text(name).lower()
-        if lowered not in drop and not lowered.startswith("proxy-"):
-            kept.append((name, value))
-    return kept
-
-
-def forward_request_headers(headers: Iterable[tuple[AnyStr, AnyStr]]) -> list[tuple[AnyStr, AnyStr]]:
-    """Client headers that may be sent to a backend (str or bytes pairs, order kept)."""
-    return _strip(headers, _REQUEST_DROP)
-
-
-def forward_response_headers(headers: Iterable[tuple[AnyStr, AnyStr]]) -> list[tuple[AnyStr, AnyStr]]:
-    """Backend headers that may be sent to the client (str or bytes pairs, order kept)."""
-    return _strip(headers, _RESPONSE_DROP)
 
 
 class BodySizeLimit:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Protocol
 
 import orjson
@@ -29,12 +28,13 @@ from gateway.api.asgi import (
 from gateway.api.errors import send_error
 from gateway.backends.registry import Registry
 from gateway.proxy.dispatch import Dispatcher, Job
-from gateway.proxy.reliability import hopeful
 from gateway.records import BackendSnapshot, Decision
 
 
 class Router(Protocol):
-    def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision: ...
+    def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        """The one decision for a request: the ranking now, the fallback once back, the exploration plan."""
+        ...
 
 
 class CompletionsEndpoint:
@@ -77,16 +77,16 @@ class CompletionsEndpoint:
             message = f"The model `{body.get('model')}` does not exist. Available models: {models}"
             await send_error(send, 404, message, "model_not_found", "model")
             return
-        snapshots = self.registry.snapshots(pool)
-        decision = self.router.route(self.endpoint, body, snapshots)
-        if self.can_wait and (decision.refusal is not None or len(decision.ranked) < len(snapshots)):
-            # Some backend is out for now (warming, full, down): what could serve it once back is the
-            # fallback, waited for in the pool's queue when nothing serves now or every attempt failed.
-            later = self.router.route(self.endpoint, body, hopeful(snapshots))
-            if decision.refusal is None or decision.refusal.status == 503:
-                extra = tuple(b for b in later.ranked if b not in decision.ranked)
-                decision = replace(later, ranked=decision.ranked + extra) if later.ranked else decision
-        if decision.refusal is not None or not decision.ranked:
+        decision = self.router.route(self.endpoint, body, self.registry.snapshots(pool))
+        ranked = decision.ranked
+        may_wait = decision.refusal is None or decision.refusal.status == 503
+        if self.can_wait and decision.fallback and may_wait:
+            # Some backend is out for now (warming, full, breaker open): what could serve it once back is
+            # the fallback, waited for in the pool's queue when nothing serves now or every attempt failed.
+            ranked += decision.fallback
+        elif decision.refusal is not None:
+            ranked = ()
+        if not ranked:
             await self._refuse(send, decision)
             return
         stream = body.get("stream") is True
@@ -101,9 +101,10 @@ class CompletionsEndpoint:
             raw=raw,
             started=started,
             profile=decision.profile,
-            ranked=decision.ranked,
+            ranked=ranked,
             stream=stream,
             add_usage=stream and not asked_usage,
+            exploration=decision.exploration,
         )
         await self.dispatcher.run(job, receive, send)
 

@@ -1,5 +1,6 @@
-"""What a request would meet, for POST /gateway/explain: the router's decision followed through the same
-steps the completions route (api/openai.py) and dispatch (proxy/dispatch.py) take.
+"""What a request would meet, for POST /gateway/explain: the router's decision (its ranking and, when nothing
+serves now, its fallback: the backends that could serve once back) followed through the same steps the
+completions route (api/openai.py) and dispatch (proxy/dispatch.py) take.
 
 - A backend is ranked now: it is sent there at once.
 - The router refused with a 4xx, or with a 503 and nothing worth waiting for: refused at once.
@@ -16,11 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.api.openai import Router
 from gateway.backends.warmup import Warming
 from gateway.proxy.admission import Refused, queue_timeout_message
-from gateway.proxy.reliability import Reliability, hopeful, warming_refused
-from gateway.records import BackendSnapshot
+from gateway.proxy.reliability import Reliability, warming_refused
 
 Outcome = dict[str, Any]
 
@@ -28,25 +27,17 @@ Outcome = dict[str, Any]
 class Outlook:
     """Follows an explained decision to what the client would get; reads state, changes nothing."""
 
-    def __init__(self, router: Router, reliability: Reliability) -> None:
-        self.router = router
+    def __init__(self, reliability: Reliability) -> None:
         self.reliability = reliability
 
-    def __call__(
-        self,
-        model: str,
-        endpoint: str,
-        body: dict[str, Any],
-        backends: Sequence[BackendSnapshot],
-        explanation: Mapping[str, Any],
-    ) -> Outcome:
+    def __call__(self, model: str, explanation: Mapping[str, Any]) -> Outcome:
         chosen = explanation.get("chosen")
         if chosen is not None:
             return _outcome("serve", f"sent to {chosen} at once", backend=chosen)
         refusal = explanation.get("refusal")
-        later: tuple[str, ...] = ()
+        later: Sequence[str] = ()
         if refusal is None or refusal["status"] == 503:
-            later = self.router.route(endpoint, body, hopeful(backends)).ranked
+            later = explanation.get("fallback") or ()
         if not later:
             return _refused_now(refusal)
         pool = self._pool_name(model)

@@ -21,8 +21,8 @@ from gateway.policy.load import ReloadResult
 from gateway.records import BackendSnapshot
 
 PoolResolver = Callable[[str], Sequence[BackendSnapshot] | None]  # model name -> its backends, None: unknown
-# (model, endpoint, body, backends, explanation) -> what the request would meet
-OutlookFn = Callable[[str, str, dict[str, Any], Sequence[BackendSnapshot], dict[str, Any]], dict[str, Any]]
+# (model, explanation) -> what the request would meet
+OutlookFn = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 class Explainer(Protocol):
@@ -54,7 +54,7 @@ def policy_admin_routes(
             )
         explanation = router.explain(endpoint, body, backends)
         if outlook is not None:
-            explanation["outcome"] = outlook(str(model), endpoint, body, backends, explanation)
+            explanation["outcome"] = outlook(str(model), explanation)
         return _json(200, orjson.dumps(explanation))
 
     async def reload(request: Request) -> Response:

@@ -12,6 +12,9 @@ through probe timeouts while it answered a request within `passive_window_s`, an
 after `timeouts_to_dead` timeouts in a row; a refused connection is still proof at once.
 Probes never generate tokens on vLLM and llama.cpp (/health is free there). SGLang's /health runs a
 1-token generation, so the ready-state interval is kept long.
+Every probe is one GET through the injected `fetch` (gateway/backends/fetch.py), bounded by
+`ProbeConfig.timeout_s`; the app builds it from the upstream transport's control-plane GET, which has a
+small connection pool of its own, so probes never queue behind client traffic.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import asyncio
 import logging
 from typing import Any
 
-import aiohttp
 import orjson
 
+from gateway.backends.fetch import Fetch
 from gateway.backends.flavors import FLAVORS, Capabilities, Verdict
 from gateway.backends.registry import BackendState, Registry, Status
 from gateway.settings import ProbeConfig
@@ -31,10 +34,10 @@ log = logging.getLogger("gateway.prober")
 
 
 class Prober:
-    def __init__(self, registry: Registry, config: ProbeConfig) -> None:
+    def __init__(self, registry: Registry, config: ProbeConfig, fetch: Fetch) -> None:
         self.registry = registry
         self.config = config
-        self._session: aiohttp.ClientSession | None = None
+        self._fetch = fetch
         self._tasks: list[asyncio.Task[None]] = []
         self._timeouts: dict[str, int] = {}  # probe timeouts in a row per backend
 
@@ -44,15 +47,12 @@ class Prober:
     async def stop(self) -> None:
         pending = set(self._tasks)
         while pending:
-            # Cancel again until every task is done: a cancel that lands as a probe's own client timeout
-            # fires is turned into that TimeoutError by aiohttp, and the loop would carry on probing.
+            # Cancel again until every task is done: a cancel that lands as a probe's own timeout fires
+            # can be turned into that TimeoutError by the HTTP client, and the loop would carry on probing.
             for task in pending:
                 task.cancel()
             _, pending = await asyncio.wait(pending, timeout=0.1)
         self._tasks = []
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     def timeouts_in_a_row(self, name: str) -> int:
         """Probes of `name` that timed out since its last answered (or refused) probe."""
@@ -74,7 +74,7 @@ class Prober:
         except TimeoutError:
             self._timeouts[name] = in_a_row + 1
             new, detail = self._timed_out(state, in_a_row + 1), "probe timed out"
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:
             new, detail = self._unreachable(state), f"no answer: {type(exc).__name__}"
         else:
             verdict = flavor.judge(status, body, state.ever_ready)
@@ -116,7 +116,7 @@ class Prober:
         async def fetch(path: str) -> Any:
             try:
                 status, body = await self._get(state, path)
-            except (aiohttp.ClientError, TimeoutError, OSError):
+            except OSError:  # TimeoutError included
                 return None
             return body if status == 200 else None
 
@@ -129,18 +129,10 @@ class Prober:
         state.discovered_modalities = found.modalities
         state.served_models = found.served_models
 
-    def _client(self) -> aiohttp.ClientSession:
-        # Its own small pool, so probes never queue behind client traffic on the upstream transport.
-        if self._session is None:
-            timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
-            self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=64))
-        return self._session
-
     async def _get(self, state: BackendState, path: str) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {state.config.api_key}"} if state.config.api_key else {}
-        async with self._client().get(state.config.url + path, headers=headers) as response:
-            raw = await response.read()
+        status, raw = await self._fetch(state.config.url + path, headers, self.config.timeout_s)
         try:
-            return response.status, orjson.loads(raw) if raw else None
+            return status, orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
-            return response.status, None
+            return status, None

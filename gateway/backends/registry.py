@@ -1,8 +1,9 @@
 """State per backend (status, in-flight count, capabilities) and the model pools that group them.
 
 The registry is the single owner of this state: the prober writes status and capabilities, dispatch
-counts in-flight requests and reports answered ones (passive health), and the router reads plain
-snapshots.
+reports answered requests (passive health), and the router reads plain snapshots. The in-flight count
+is `Registry.inflight` (backends/inflight.py), the one count admission slots and dispatch accounting
+take and give back; `BackendState.inflight` reads it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gateway.backends.inflight import InFlight
 from gateway.records import BackendSnapshot
 from gateway.settings import BackendConfig, PoolConfig, Settings
 
@@ -30,12 +32,16 @@ class BackendState:
     status: Status = Status.UNKNOWN
     since: float = 0.0  # clock time of the last status change
     ever_ready: bool = False
-    inflight: int = 0
     detail: str = ""
     discovered_context: int | None = None
     discovered_modalities: frozenset[str] | None = None
     served_models: tuple[str, ...] = field(default_factory=tuple)
     last_success: float | None = None  # clock time of the last request it answered successfully
+    load: InFlight = field(default_factory=InFlight, repr=False, compare=False)  # the registry's count
+
+    @property
+    def inflight(self) -> int:
+        return self.load[self.config.name]
 
     @property
     def context_length(self) -> int | None:
@@ -79,7 +85,10 @@ class BackendState:
 class Registry:
     def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.backends = {b.name: BackendState(b, since=clock()) for b in settings.backends}
+        self.inflight = InFlight()
+        self.backends = {
+            b.name: BackendState(b, since=clock(), load=self.inflight) for b in settings.backends
+        }
         self.pools = settings.pools
         self.startup_grace_s = settings.probe.startup_grace_s
         self._by_model = {name: pool for pool in settings.pools for name in (pool.model, *pool.aliases)}
@@ -100,10 +109,10 @@ class Registry:
         ]
 
     def acquire(self, name: str) -> None:
-        self.backends[name].inflight += 1
+        self.inflight.add(name)
 
     def release(self, name: str) -> None:
-        self.backends[name].inflight -= 1
+        self.inflight.remove(name)
 
     def note_success(self, name: str) -> None:
         """Passive health: the backend just answered a request. A backend that serves is alive, so a

@@ -1,10 +1,11 @@
 """Background scraper of engine /metrics: the latest queue, KV and speculative-acceptance view per backend.
 
-One asyncio task polls every backend about once per `interval_s` through an injected `fetch(url) -> str`
-(the app passes one built on its HTTP session; tests pass a plain coroutine). Each backend is fetched under
-its own timeout and all of them concurrently, so a slow or dead backend never delays the others: its data
-simply goes stale. Data older than `stale_after_intervals` intervals is stale, and the router then ignores
-it and falls back to the gateway's own measurements (docs/measurement.md).
+One asyncio task polls every backend about once per `interval_s` through an injected `fetch`
+(gateway/backends/fetch.py: the app builds it from the upstream transport; tests pass a plain coroutine).
+Each backend is fetched under its own timeout and all of them concurrently, so a slow or dead backend never
+delays the others: its data simply goes stale (an answer other than 200 is a failed scrape too). Data older
+than `stale_after_intervals` intervals is stale, and the router then ignores it and falls back to the
+gateway's own measurements (docs/measurement.md).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway.backends.engine_metrics import (
@@ -22,11 +23,12 @@ from gateway.backends.engine_metrics import (
     acceptance_between,
     parse_metrics,
 )
+from gateway.backends.fetch import Fetch
+from gateway.records import EngineHint
 from gateway.tasks import BackgroundTask
 
 log = logging.getLogger(__name__)
 
-Fetch = Callable[[str], Awaitable[str]]
 Clock = Callable[[], float]
 
 
@@ -110,6 +112,10 @@ class MetricsScraper:
     def now(self) -> float:
         return self._clock()
 
+    def hint(self, backend: str) -> EngineHint | None:
+        """What the router may read of `backend`'s latest scrape, aged on this scraper's clock."""
+        return hint_from_scrape(self._latest.get(backend), self._clock(), self.stale_after_s)
+
     async def scrape_once(self) -> None:
         """One round: every target concurrently, each under its own timeout."""
         await asyncio.gather(*(self._scrape(target) for target in list(self._targets.values())))
@@ -123,8 +129,12 @@ class MetricsScraper:
 
     async def _scrape(self, target: ScrapeTarget) -> None:
         try:
-            text = await asyncio.wait_for(self._fetch(target.url), self.timeout_s)
-            metrics = parse_metrics(text, target.flavor)
+            # Bounded here too, so a fetch that overruns its own timeout cannot stretch a round.
+            status, body = await asyncio.wait_for(self._fetch(target.url, {}, self.timeout_s), self.timeout_s)
+            if status != 200:
+                self._fail(target, f"HTTP {status}")
+                return
+            metrics = parse_metrics(body.decode("utf-8", errors="replace"), target.flavor)
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -151,3 +161,11 @@ class MetricsScraper:
         if self._errors.get(target.backend) != why:  # log changes of state, not every second
             log.info("metrics scrape of %s (%s) failed: %s", target.backend, target.url, why)
         self._errors[target.backend] = why
+
+
+def hint_from_scrape(result: ScrapeResult | None, now: float, stale_after_s: float) -> EngineHint | None:
+    """The router's view of one scrape; `now` is on the scraper's clock (MetricsScraper.now())."""
+    if result is None:
+        return None
+    m = result.metrics
+    return EngineHint(m.waiting, m.running, m.kv_usage, result.age(now), stale_after_s)

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.backends.flavors import FLAVORS
+from gateway.backends.identity import BackendIdentity, identity, identity_from_json, identity_json
 from gateway.backends.registry import Registry, Status
-from gateway.stats.snapshot import BackendIdentity, identity, write_atomic
+from gateway.state_files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class Warmups:
         if self._path is None:
             return
         entries = [
-            {**_identity_json(self._identity(name)), "samples": list(samples)}
+            {**identity_json(self._identity(name)), "samples": list(samples)}
             for name, samples in self._learned.items()
             if samples
         ]
@@ -211,10 +212,6 @@ class Warmups:
         return identity(backend, self.registry.backends[backend].config.url, served)
 
 
-def _identity_json(known: BackendIdentity) -> dict[str, Any]:
-    return {"name": known.name, "url": known.url, "served": list(known.served)}
-
-
 def _decode(document: Any) -> list[tuple[BackendIdentity, list[float]]]:
     """(backend identity, learned warm-ups oldest first) per saved backend; anything malformed is skipped."""
     if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
@@ -226,13 +223,11 @@ def _decode(document: Any) -> list[tuple[BackendIdentity, list[float]]]:
     for entry in entries:
         if not isinstance(entry, dict):
             continue
-        name, url, served, raw = (entry.get(k) for k in ("name", "url", "served", "samples"))
-        if not (isinstance(name, str) and isinstance(url, str) and isinstance(served, list)):
-            continue
-        if not isinstance(raw, list) or not all(isinstance(model, str) for model in served):
+        saved, raw = identity_from_json(entry), entry.get("samples")
+        if saved is None or not isinstance(raw, list):
             continue
         samples = [s for s in (_seconds(value) for value in raw) if s is not None][-SAMPLES_KEPT:]
-        out.append((BackendIdentity(name, url, tuple(served)), samples))
+        out.append((saved, samples))
     return out
 
 

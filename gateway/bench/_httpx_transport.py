@@ -50,12 +50,14 @@ class _HttpxResponse:
 
 
 class HttpxTransport:
-    """httpx with the same explicit pool size and timeouts as the aiohttp transport."""
+    """httpx with the same explicit pool size and timeouts as the aiohttp transport, and like it a small
+    separate client for control-plane GETs (probes, scrapes), so they never queue behind client traffic."""
 
-    def __init__(self, timeouts: Timeouts, connections: int = 1024) -> None:
+    def __init__(self, timeouts: Timeouts, connections: int = 1024, control_connections: int = 64) -> None:
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         timeout = httpx.Timeout(connect=timeouts.connect_s, read=timeouts.idle_s, write=30.0, pool=30.0)
         self._client = httpx.AsyncClient(limits=limits, timeout=timeout)
+        self._control = httpx.AsyncClient(limits=httpx.Limits(max_connections=control_connections))
         self.first_byte_s = timeouts.first_byte_s
 
     async def send(self, url: str, headers: Mapping[str, str], body: bytes) -> UpstreamResponse:
@@ -69,5 +71,17 @@ class HttpxTransport:
             raise UpstreamConnectError(str(exc)) from exc
         return _HttpxResponse(response)
 
+    async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        """The seam's control-plane GET: (status, body); TimeoutError or ConnectionError on failure."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self._control.get(url, headers=dict(headers))
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise TimeoutError(f"GET {url}: no answer within {timeout_s:g}s") from exc
+        except httpx.HTTPError as exc:
+            raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        return response.status_code, response.content
+
     async def aclose(self) -> None:
         await self._client.aclose()
+        await self._control.aclose()

@@ -11,6 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.routing.cells import MIN_SAMPLES
+from gateway.routing.pacing import MAX_EPSILON
+
 RoutingMode = Literal["static", "adaptive"]
 Objective = Literal["ttft", "tokens_per_second", "e2e"]
 Modality = Literal["text", "image", "video", "audio"]
@@ -120,6 +123,47 @@ class Weights(_Strict):
     objective: float = Field(default=1.0, ge=0, description="the predicted objective, adaptive routing only")
 
 
+class Adaptive(_Strict):
+    """Adaptive routing's knobs (docs/measurement.md, sections 5 to 7): how much evidence a prediction
+    needs, how much traffic measuring may take, and how decisive a measured gap is. Read per request, so
+    an edit applies to the next one."""
+
+    min_samples: int = Field(
+        default=MIN_SAMPLES,
+        ge=1,
+        description="successful samples a backend x profile cell needs before its prediction counts; "
+        "exploration measures every cell up to this, so it is also the most exploration costs per cell "
+        "per window",
+    )
+    # 0.25: every fourth request of a profile while some cell is short of min_samples, so a cell is
+    # measured within min_samples / 0.25 = 20 requests of its profile.
+    explore_epsilon: float = Field(
+        default=0.25,
+        ge=0,
+        le=MAX_EPSILON,
+        description=f"share of a profile's requests sent, evenly spaced, to a backend still under "
+        f"min_samples (0: never; at most {MAX_EPSILON:g}, the rest go to the predicted best)",
+    )
+    # 0.25: seed 003's differences between engine configs are 5-56 %; a gap of a quarter is a clear
+    # winner, and a 5 % gap (noise on a busy box) moves a score by 0.15 instead of flipping the decision.
+    tolerance: float = Field(
+        default=0.25,
+        gt=0,
+        description="relative gap between two predictions that takes the whole score range; smaller "
+        "gaps move scores proportionally, so noise does not flip decisions",
+    )
+    # 0.2: an exploration that would slow n busy requests of its device accrues credit at 0.2 / n of the
+    # usual rate, so one deferred exploration costs about what waking an engine next to one request
+    # does, at any load (docs/measurement.md, section 6).
+    contended_share: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="on a shared device, the share of exploration kept per busy request it would slow "
+        "(0: explore only on a quiet device or an engine busy anyway)",
+    )
+
+
 class Profile(_Strict):
     """A named workload class and what it wants from the pool."""
 
@@ -140,6 +184,7 @@ class Policy(_Strict):
     description: str | None = None
     routing: RoutingMode = "static"
     weights: Weights = Field(default_factory=Weights)
+    adaptive: Adaptive = Field(default_factory=Adaptive, description="knobs of adaptive routing")
     profiles: list[Profile] = Field(min_length=1)
 
     @field_validator("profiles")

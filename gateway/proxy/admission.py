@@ -2,9 +2,11 @@
 
 A request takes a slot on one backend before it is dispatched; the slot is the router's load signal
 (in-flight is counted from that moment, streams and retries included) and is given back when the
-response ends. When none of the request's acceptable backends has a free slot, or none of them is ready
-yet (warming up), the request waits in its pool's queue until a slot is handed to it or its deadline
-passes. A full queue refuses at once.
+response ends. A slot is one count of the backend's in-flight count (backends/inflight.py, the
+registry's): admission keeps limits, readiness and queues, never a count of its own. When none of the
+request's acceptable backends has a free slot, or none of them is ready yet (warming up), the request
+waits in its pool's queue until a slot is handed to it or its deadline passes. A full queue refuses at
+once.
 
 Freed slots are handed over directly (the in-flight count never drops and rises again), to the oldest
 waiter that can use that backend, so exactly one waiter wakes per freed slot. Every structure is bounded:
@@ -19,6 +21,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
+
+from gateway.backends.inflight import InFlight
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +101,10 @@ class Slot:
 class _Backend:
     limit: int | None
     ready: bool = False
-    inflight: int = 0
     retired: bool = False  # removed from the configuration; dropped when its last slot is released
 
-    def has_room(self) -> bool:
-        return self.ready and not self.retired and (self.limit is None or self.inflight < self.limit)
+    def has_room(self, inflight: int) -> bool:
+        return self.ready and not self.retired and (self.limit is None or inflight < self.limit)
 
 
 @dataclass(eq=False)
@@ -113,10 +116,12 @@ class _Waiter:
 
 
 class Admission:
-    """Slots and queues for all backends and pools. One instance per app, made by the composition root."""
+    """Slots and queues for all backends and pools. One instance per app, made by the composition root,
+    counting on the registry's `inflight` (without one, on a count of its own: admission alone)."""
 
-    def __init__(self, config: AdmissionConfig | None = None) -> None:
+    def __init__(self, config: AdmissionConfig | None = None, inflight: InFlight | None = None) -> None:
         self.config = config or AdmissionConfig()
+        self.counts = InFlight() if inflight is None else inflight
         self._backends: dict[str, _Backend] = {}
         self._queues: dict[str, deque[_Waiter]] = {}
         self._seq = itertools.count()
@@ -134,7 +139,7 @@ class Admission:
         for name, state in list(self._backends.items()):
             if name not in backends:
                 state.retired = True
-                if state.inflight == 0:
+                if self.counts[name] == 0:
                     del self._backends[name]
 
     def set_ready(self, backend: str, ready: bool) -> None:
@@ -152,8 +157,8 @@ class Admission:
         """A slot on the first of `backends` (best first) with room, without waiting: for failover."""
         for name in backends:
             state = self._backends.get(name)
-            if state is not None and state.has_room():
-                state.inflight += 1
+            if state is not None and state.has_room(self.counts[name]):
+                self.counts.add(name)
                 return Slot(self, name)
         return None
 
@@ -192,11 +197,10 @@ class Admission:
     # -- plain-data views --
 
     def inflight(self, backend: str) -> int:
-        state = self._backends.get(backend)
-        return state.inflight if state else 0
+        return self.counts[backend] if backend in self._backends else 0
 
     def backends(self) -> dict[str, BackendLoad]:
-        return {n: BackendLoad(b.inflight, b.limit, b.ready) for n, b in self._backends.items()}
+        return {n: BackendLoad(self.counts[n], b.limit, b.ready) for n, b in self._backends.items()}
 
     def queues(self) -> dict[str, PoolQueue]:
         return {pool: PoolQueue(len(q), self.config.max_queue) for pool, q in self._queues.items()}
@@ -228,25 +232,31 @@ class Admission:
                 granted.release()
 
     def _free(self, backend: str) -> None:
+        """A slot of `backend` is given back: straight to the oldest waiter that can use it (the count
+        stays as it is), or else off the count."""
         state = self._backends.get(backend)
-        if state is None:
-            return
-        state.inflight -= 1
-        if state.retired and state.inflight == 0:
+        if state is not None and state.has_room(self.counts[backend] - 1):
+            waiter = self._oldest_waiter_for(backend)
+            if waiter is not None:
+                self._give(waiter, backend)
+                return
+        self.counts.remove(backend)
+        if state is not None and state.retired and self.counts[backend] == 0:
             del self._backends[backend]
-            return
-        self._grant(backend)
 
     def _grant(self, backend: str) -> None:
         """Hand free slots of `backend` to the oldest waiters that accept it, one slot per waiter."""
         state = self._backends.get(backend)
-        while state is not None and state.has_room():
+        while state is not None and state.has_room(self.counts[backend]):
             waiter = self._oldest_waiter_for(backend)
             if waiter is None:
                 return
-            self._dequeue(waiter)
-            state.inflight += 1
-            waiter.future.set_result(Slot(self, backend))
+            self.counts.add(backend)
+            self._give(waiter, backend)
+
+    def _give(self, waiter: _Waiter, backend: str) -> None:
+        self._dequeue(waiter)
+        waiter.future.set_result(Slot(self, backend))
 
     def _oldest_waiter_for(self, backend: str) -> _Waiter | None:
         best: _Waiter | None = None

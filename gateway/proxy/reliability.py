@@ -4,10 +4,9 @@ routes and the metrics.
 
 - Readiness reaches admission through `on_status` (a registry listener): only ready backends give slots,
   and a backend that becomes ready serves the requests waiting for it at once.
-- `hopeful` turns the router's "nothing available now" into "what could serve once a backend has warmed
-  up, has room or has cooled down": starting backends count as ready, in-flight counts are ignored and
-  open breakers count as closed (each lets a probe through after its cool-down), so ingress can wait in
-  the bounded queue for those backends instead of refusing a request that could still be served.
+- The router's fallback (routing/filters.py `once_back`: what could serve once a backend has warmed up,
+  has room or has cooled down) lets ingress wait in the bounded queue for those backends instead of
+  refusing a request that could still be served.
 - When every backend that could serve a request is warming up, the request waits `warming_wait_s` for
   the first to be ready; then `warming_refusal` answers 503 `backends_warming` with the time the first is
   still expected to take (backends/warmup.py) as Retry-After: a warm-up is never reported as capacity.
@@ -17,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -27,7 +26,6 @@ from gateway.backends.registry import Status
 from gateway.backends.warmup import Warming, Warmups
 from gateway.proxy.admission import Admission, AdmissionConfig, Refused
 from gateway.proxy.breaker import BreakerConfig, Breakers, StateName
-from gateway.records import BackendSnapshot
 from gateway.settings import Settings
 
 # Prometheus value of each breaker state: 0 closed, 1 half-open, 2 open.
@@ -56,7 +54,9 @@ class Reliability:
                 half_open_probes=b.half_open_probes,
             ),
         )
-        self.admission = Admission(AdmissionConfig(q.max_queue, q.timeout_s, q.retry_after_s))
+        # Slots count on the registry's in-flight count (the registry the warm-ups follow): one count.
+        config = AdmissionConfig(q.max_queue, q.timeout_s, q.retry_after_s)
+        self.admission = Admission(config, warmups.registry.inflight)
         self.admission.configure({backend.name: backend.max_concurrency for backend in settings.backends})
 
     def on_status(self, backend: str, status: Status) -> None:
@@ -94,15 +94,6 @@ class Reliability:
             pool: {"waiting": q.waiting, "max_queue": q.max_queue}
             for pool, q in self.admission.queues().items()
         }
-
-
-def hopeful(snapshots: Sequence[BackendSnapshot]) -> list[BackendSnapshot]:
-    """The pool as it will be once warming backends are ready, busy ones have room and open breakers
-    have cooled down (dispatch waits for the cool-down only when it ends before the queue deadline)."""
-    return [
-        dataclasses.replace(s, ready=s.ready or s.starting, starting=False, inflight=0, breaker_open=False)
-        for s in snapshots
-    ]
 
 
 def warming_refused(pool: str, first: Warming, ahead_s: float = 0.0) -> Refused:

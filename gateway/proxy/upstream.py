@@ -19,6 +19,10 @@ Two read timeouts, because waiting for the first token and waiting between token
   keep-alive frame from a token without parsing, and the caller parses anyway.
 - idle gap (`idle_s`): after the first content chunk, the longest silence between two reads.
 
+`get()` is the control plane's GET (readiness probes, capability discovery, engine /metrics): status and
+body under one overall timeout, failures as builtin TimeoutError and OSError, because its callers (the
+prober and the scraper, gateway/backends/fetch.py) sit below this layer and cannot know its exceptions.
+
 `AiohttpTransport` is the production transport (chosen by measurement: docs/transport.md);
 `MockTransport` answers in-process from a handler, for tests without sockets.
 """
@@ -32,6 +36,7 @@ from typing import Protocol
 
 import aiohttp
 
+from gateway.backends.fetch import Fetch
 from gateway.settings import Timeouts
 
 
@@ -71,6 +76,8 @@ class UpstreamResponse(Protocol):
 
 class UpstreamTransport(Protocol):
     async def send(self, url: str, headers: Mapping[str, str], body: bytes) -> UpstreamResponse: ...
+
+    async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]: ...
 
     async def aclose(self) -> None: ...
 
@@ -134,12 +141,20 @@ def _silence(waiting_for_first: bool, idle_s: float) -> str:
 
 
 class AiohttpTransport:
-    """aiohttp with an explicit connection pool (keep-alive) and explicit connect/first-byte/idle timeouts."""
+    """aiohttp with an explicit connection pool (keep-alive) and explicit connect/first-byte/idle timeouts.
 
-    def __init__(self, timeouts: Timeouts, connections: int = 1024) -> None:
+    Control-plane GETs (`get`) go through a second, small session of their own: with every client
+    connection of the main pool busy (long generations hold theirs for minutes), a readiness probe or a
+    /metrics scrape would otherwise wait for a free one, and a backend that is merely busy would look
+    hung to the prober. The two pools never share a connection, so probes never queue behind client
+    traffic."""
+
+    def __init__(self, timeouts: Timeouts, connections: int = 1024, control_connections: int = 64) -> None:
         self.timeouts = timeouts
         self._connections = connections
+        self._control_connections = control_connections
         self._session: aiohttp.ClientSession | None = None
+        self._control: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         # Made lazily so it binds to the running loop (uvicorn's), never to an import-time one.
@@ -166,18 +181,29 @@ class AiohttpTransport:
             raise UpstreamConnectError(f"{type(exc).__name__}: {exc}") from exc
         return _AiohttpResponse(response, first_deadline, self.timeouts.idle_s)
 
-    async def get_text(self, url: str) -> str:
-        """GET a small text document (engine /metrics) through the same session and connection pool;
-        the caller bounds the time. Raises on a non-200 answer."""
-        async with self._client().get(url) as response:
-            if response.status != 200:
-                raise UpstreamError(f"HTTP {response.status} from {url}")
-            return await response.text()
+    async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        """GET a small document through the control-plane pool: (status, body), any status. Raises
+        TimeoutError when connect, headers and body together take longer than `timeout_s`, an OSError
+        (ConnectionError when aiohttp's own error is not one) when no answer comes."""
+        if self._control is None:  # lazily, like the main session: bound to the running loop
+            self._control = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._control_connections)
+            )
+        try:
+            async with asyncio.timeout(timeout_s), self._control.get(url, headers=headers) as response:
+                return response.status, await response.read()
+        except TimeoutError:
+            raise  # aiohttp's own timeouts are TimeoutErrors too
+        except aiohttp.ClientError as exc:
+            if isinstance(exc, OSError):  # e.g. ClientConnectorError: refused, unreachable
+                raise
+            raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._control):
+            if session is not None:
+                await session.close()
+        self._session = self._control = None
 
 
 @dataclass
@@ -205,13 +231,20 @@ MockHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[MockResponse]]
 
 class MockTransport:
     """Answers every request in-process from `handler(url, headers, body)`; the handler may raise
-    UpstreamError subclasses to play a failing backend."""
+    UpstreamError subclasses to play a failing backend. GETs (probes, scrapes) go to `get_handler`, a
+    `Fetch`; without one nothing answers them (ConnectionRefusedError), as if nothing listened."""
 
-    def __init__(self, handler: MockHandler) -> None:
+    def __init__(self, handler: MockHandler, get_handler: Fetch | None = None) -> None:
         self.handler = handler
+        self.get_handler = get_handler
 
     async def send(self, url: str, headers: Mapping[str, str], body: bytes) -> UpstreamResponse:
         return await self.handler(url, headers, body)
+
+    async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        if self.get_handler is None:
+            raise ConnectionRefusedError(f"MockTransport has no GET handler for {url}")
+        return await self.get_handler(url, headers, timeout_s)
 
     async def aclose(self) -> None:
         return None

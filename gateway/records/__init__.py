@@ -1,6 +1,7 @@
 """Plain records shared by every layer: what a request looks like (Features), what a backend looks like
-(BackendSnapshot), what the router decided (Candidate, Refusal, Decision), what happened to a request
-(RequestRecord) and the measurement kept of it (Sample).
+(BackendSnapshot) and what its engine reports (EngineHint), what the router decided (Candidate, Refusal,
+Decision, ExplorationPlan), what happened to a request (RequestRecord) and the measurement kept of it
+(Sample).
 
 The bottom of the layering (docs/ARCHITECTURE.md): these modules import nothing of the gateway, so routing
 and policy work on plain data and every other package can hand it to them. No framework objects here.
@@ -8,8 +9,19 @@ and policy work on plain data and every other package can hand it to them. No fr
 
 from gateway.records.backend import BackendSnapshot
 from gateway.records.decision import Candidate, Decision, ExplorationPlan, Refusal
+from gateway.records.engine_hint import EngineHint
 from gateway.records.features import Features
 from gateway.records.request_record import RequestRecord
 from gateway.records.sample import Sample
 
-__all__ = ["BackendSnapshot", "Candidate", "Decision", "ExplorationPlan", "Features", "Refusal", "RequestRecord", "Sample"]
+__all__ = [
+    "BackendSnapshot",
+    "Candidate",
+    "Decision",
+    "EngineHint",
+    "ExplorationPlan",
+    "Features",
+    "Refusal",
+    "RequestRecord",
+    "Sample",
+]

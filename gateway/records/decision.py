@@ -31,11 +31,14 @@ class ExplorationPlan:
     when the dispatcher sends the request (scoring changes nothing, so explain and a fallback cost nothing).
 
     `accrued` is the credit this request adds; `backend`, when set, is the under-measured backend the
-    request explores, which spends one credit and books one exploration if the request is sent there."""
+    request explores, which spends one credit and books one exploration if the request is sent there (sent
+    elsewhere, it spends nothing). `drop`: nothing is left to measure for the profile, so its credit is
+    dropped instead of carried into the next gap."""
 
     profile: str
     accrued: float = 0.0
     backend: str | None = None
+    drop: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +47,7 @@ class Decision:
     ranked: tuple[str, ...]  # eligible backends best first: the first is tried, the rest are failover
     candidates: tuple[Candidate, ...] = ()
     refusal: Refusal | None = None
+    # Backends out for now only (warming up, at their concurrency limit, breaker open) that could serve the
+    # request once back, best first: what it may wait for when nothing serves now or every attempt failed.
+    fallback: tuple[str, ...] = ()
+    exploration: ExplorationPlan | None = None  # booked by the dispatcher when it sends the request

@@ -6,7 +6,7 @@ and the router does not herd; and whether another backend of its device is busy)
 requested output tokens x TPOT for `e2e`, 1 / TPOT for `tokens_per_second`. A request also slows down the
 requests already in flight on its device: its own backend's batch grows, and a neighbour shares the
 memory bandwidth for as long as this request keeps its engine busy beyond the requests already there. That
-extra time (predict.device_harm) is part of the cost:
+extra time (harm.device_harm) is part of the cost:
 
     cost = own objective + harm                       ttft, e2e (seconds)
     tok/s = out / (out * TPOT + harm)                 tokens_per_second (1 / TPOT when harm is 0)
@@ -38,7 +38,7 @@ ranked blind (a TTFT or e2e objective depends on the profile's prompts, and wait
 
 Exploration (bounded, paced): while some eligible backend other than the predicted winner (its own traffic
 measures that one) has fewer than min_samples samples for the profile, a share epsilon of the profile's
-requests goes, evenly spaced, to the least measured of them (predict.pick_exploration: a credit of epsilon
+requests goes, evenly spaced, to the least measured of them (pacing.plan_exploration: a credit of epsilon
 per request, spent at 1; no random draw, so a cell is measured within min_samples / epsilon requests and
 decisions replay exactly). A cell counts as max(its samples, the explorations sent to it within the window):
 requests still in flight count, so a burst of arrivals cannot explore more than min_samples times before the
@@ -51,48 +51,43 @@ count of the usual rate, so the slow-down exploring causes per request does not 
 load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
 happens if none comes.
 
+Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
+backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
+explanation or a request that is refused or never sent spends nothing, and an exploration counts only if
+the request really went there. The knobs (min_samples, explore_epsilon, tolerance, contended_share) are
+the policy's `adaptive` block, read per request, so a reload applies to the next one.
+
 `verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
-(cached fits, engine hints) and satisfies the router's `Scorer` protocol under the name "objective".
+(cached fits over the caller's windows, the engine hints it is handed) and is the router's objective
+scorer (scorers.CandidateScorer, named "objective"): evaluated once per request, over the backends that
+serve now and those that could serve once back.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.backends.scraper import MetricsScraper
-from gateway.records import BackendSnapshot
+from gateway.policy.schema import Adaptive
+from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
+from gateway.routing.cells import CellModel, ModelCache, Windows
 from gateway.routing.context import RouteContext
-from gateway.routing.predict import (
-    MAX_EPSILON,
-    CellModel,
-    DeviceLoad,
-    Exploration,
-    ModelCache,
-    PredictConfig,
-    Prediction,
-    hint_from_scrape,
-    pick_exploration,
-    predict_with_model,
-)
-from gateway.routing.scorers import PreferenceScorer
-from gateway.stats.live import LiveRecorder
+from gateway.routing.harm import DeviceLoad
+from gateway.routing.pacing import MAX_EPSILON, Exploration, ExplorationLedger, plan_exploration
+from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
+from gateway.routing.scorers import Assessment, PreferenceScorer
 
 KNOWN_FLOOR = 0.25  # the lowest score of a backend with a prediction
 UNKNOWN_WEIGHT = 0.2  # a backend without one scores prior x this: always below every prediction
+# A backend failing every request counts as this share of its requests succeeding: 20x worse than a
+# healthy one, not infinitely (its prediction still ranks it among the others).
+MIN_SUCCESS_SHARE = 0.05
+# Predictions are floored at this before gaps are taken, so a zero (a degenerate fit) divides nothing by 0.
+SMALLEST_VALUE = 1e-9
 
-
-@dataclass(frozen=True, slots=True)
-class AdaptiveConfig:
-    min_samples: int = 5
-    epsilon: float = 0.25
-    tolerance: float = 0.25  # relative gap that takes the whole score range
-    # Share of explorations kept when exploring would wake an idle engine next to one busy request on its
-    # device, divided by the number of requests it would slow (every one of them runs slower while it
-    # lasts), so the expected slow-down per deferred draw is the same at any load: deferred, not forbidden.
-    contended_share: float = 0.2
+# The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
+EngineHints = Callable[[str], EngineHint | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +111,14 @@ class Verdict:
     explored: Exploration | None
     why: str
     costs: dict[str, float] = field(default_factory=dict)  # objective after the error-rate correction
+    plan: ExplorationPlan | None = None  # what booking this request would do to the exploration state
 
 
 def effective_value(prediction: Prediction, error_rate: float) -> float | None:
     """The objective per successful request: time / (1 - errors), speed x (1 - errors)."""
     if prediction.value is None:
         return None
-    ok = max(1.0 - error_rate, 0.05)  # a backend failing everything is 20x worse, not infinitely
+    ok = max(1.0 - error_rate, MIN_SUCCESS_SHARE)
     return prediction.value * ok if prediction.higher_is_better else prediction.value / ok
 
 
@@ -139,7 +135,7 @@ def verdict(
         scores = {name: 1.0 if name == explored.backend else 0.0 for name in names}
         return Verdict(scores, tuple(predictions), dict(prior), explored, f"exploring {explored.why}")
     values = {
-        p.backend: max(v, 1e-9)
+        p.backend: max(v, SMALLEST_VALUE)
         for p in predictions
         if (v := effective_value(p, error_rates.get(p.backend, 0.0))) is not None
     }
@@ -184,110 +180,150 @@ def device_members(backends: Sequence[BackendSnapshot], devices: Mapping[str, st
 
 
 class AdaptiveScorer:
-    """Scorer "objective" for adaptive profiles, fed by the gateway's LiveRecorder (and engine hints)."""
+    """Scorer "objective" for adaptive profiles. It reads the live windows and the engines' reports it is
+    handed (`windows`, `hints`), takes its knobs from the policy in force (`ctx.adaptive`), and changes
+    nothing while scoring: the exploration a decision would make comes back as a plan, applied by `book`
+    once the request is sent."""
 
     name = "objective"
 
     def __init__(
         self,
-        recorder: LiveRecorder,
+        windows: Windows,
         *,
-        scraper: MetricsScraper | None = None,
-        config: AdaptiveConfig | None = None,
+        hints: EngineHints | None = None,
         cache: ModelCache | None = None,
         devices: Mapping[str, str] | None = None,
+        ledger: ExplorationLedger | None = None,
+        explore: bool = True,
     ) -> None:
-        self.recorder = recorder
-        self.scraper = scraper
-        self.config = config or AdaptiveConfig()
-        self.cache = cache or ModelCache()
+        self.windows = windows
+        self.hints = hints
+        self.cache = cache or ModelCache(windows.max_cells)  # bounded like the windows
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
+        self.ledger = ledger or ExplorationLedger(windows.max_cells)
+        self.explore = explore  # False: never explores (explain's preview)
         self._counts: dict[tuple[str, str], tuple[int, int, int]] = {}  # key -> (version, count, errors)
-        self._explored: dict[tuple[str, str], deque[float]] = {}  # key -> when explorations were sent
-        self._credit: dict[str, float] = {}  # profile -> exploration credit (predict.pick_exploration)
-        self._predict = PredictConfig(min_samples=self.config.min_samples)
         self._prior = PreferenceScorer()
 
-    def score(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, float]:
-        return self.decide(ctx, backends).scores
+    def assess(
+        self, ctx: RouteContext, now: Sequence[BackendSnapshot], later: Sequence[BackendSnapshot] = ()
+    ) -> Assessment:
+        """One evaluation per request: scores for the backends that serve now (with the exploration plan
+        among them) and for those that could serve once back (`later`, as they will be then: the fallback
+        order, never explored)."""
+        decided = self.decide(ctx, now)
+        scores = dict(decided.scores)
+        if later:
+            scores.update(self._rank(ctx, later).scores)
+        return Assessment(scores, decided.plan)
 
     def decide(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
-        now = self.recorder.now()
-        profile = ctx.profile.name
-        cells = {b.name: self._cell(b.name, profile, now) for b in backends}
-        device = self._device_loads(backends, now)
+        """The verdict over `backends`, the exploration due now included (as a plan: nothing is booked)."""
+        at = self.windows.now()
+        knobs = ctx.adaptive
+        cells = {b.name: self._cell(b.name, ctx.profile.name, at) for b in backends}
+        device = self._device_loads(backends, at)
+        decided = self._verdict(ctx, backends, cells, device)
+        if not self.explore or knobs.explore_epsilon <= 0 or not backends:
+            return decided
+        explored, plan = self._explore(ctx.profile.name, knobs, cells, decided, device, at)
+        if explored is None:
+            return replace(decided, plan=plan)
+        errors = {name: cell.error_rate for name, cell in cells.items()}
+        exploring = verdict(decided.predictions, errors, decided.prior, explored, knobs.tolerance)
+        return replace(exploring, plan=plan)
+
+    def book(self, plan: ExplorationPlan, backend: str) -> None:
+        """The dispatcher sent a request planned as `plan` to `backend`: apply the plan (pacing.py)."""
+        at = self.windows.now()
+        self.ledger.book(plan, backend, at, since=at - self.windows.max_age_s)
+
+    def _verdict(
+        self,
+        ctx: RouteContext,
+        backends: Sequence[BackendSnapshot],
+        cells: Mapping[str, CellView],
+        device: Mapping[str, Sequence[DeviceLoad]],
+    ) -> Verdict:
+        config = PredictConfig(min_samples=ctx.adaptive.min_samples)
         predictions = [
-            self._prediction(ctx, b, self._model(ctx, b.name, cells[b.name], device[b.name]), device[b.name])
+            self._prediction(
+                ctx, b, self._model(ctx, b.name, cells[b.name], device[b.name]), device[b.name], config
+            )
             for b in backends
         ]
         errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = self._prior.score(ctx, backends)
-        decided = verdict(predictions, errors, prior, None, self.config.tolerance)
-        if explored := self._explore(profile, cells, decided, device, now):
-            return verdict(predictions, errors, prior, explored, self.config.tolerance)
-        return decided
+        return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance)
+
+    def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
+        """The verdict over backends that serve only once back, without exploring them."""
+        at = self.windows.now()
+        cells = {b.name: self._cell(b.name, ctx.profile.name, at) for b in backends}
+        return self._verdict(ctx, backends, cells, self._device_loads(backends, at))
 
     def _explore(
         self,
         profile: str,
+        knobs: Adaptive,
         cells: Mapping[str, CellView],
         decided: Verdict,
         device: Mapping[str, Sequence[DeviceLoad]],
-        now: float,
-    ) -> Exploration | None:
-        """The exploration due now for this profile, if any (pacing in predict.pick_exploration)."""
-        if self.config.epsilon <= 0:
-            return None
+        at: float,
+    ) -> tuple[Exploration | None, ExplorationPlan | None]:
+        """The exploration due now for this profile, if any, and the plan booking this request would apply
+        (pacing in pacing.plan_exploration)."""
         # The backend that wins anyway is measured by its own traffic: exploring it would waste a turn.
         winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
+        since = at - self.windows.max_age_s
         counts = {
-            name: max(cell.count, self._explorations(name, profile, now))
+            name: max(cell.count, self.ledger.explorations(name, profile, since))
             for name, cell in cells.items()
             if name != winner
         }
 
         def share(backend: str) -> float:
             slowed = self._contended(backend, device[backend])
-            return min(1.0, self.config.contended_share / slowed) if slowed else 1.0
+            return min(1.0, knobs.contended_share / slowed) if slowed else 1.0
 
-        explored, self._credit[profile] = pick_exploration(
-            counts,
-            self._credit.get(profile, 0.0),
-            min_samples=self.config.min_samples,
-            epsilon=self.config.epsilon,
-            share=share,
+        credit = self.ledger.credit(profile)
+        explored, rate = plan_exploration(
+            counts, credit, min_samples=knobs.min_samples, epsilon=knobs.explore_epsilon, share=share
         )
+        if rate is None:  # nothing left to measure: the credit is dropped, if there is any
+            return None, ExplorationPlan(profile, drop=True) if credit else None
         if explored is None:
-            return None
-        self._remember_exploration(explored.backend, profile, now)
+            return None, ExplorationPlan(profile, accrued=rate)
         if slowed := self._contended(explored.backend, device[explored.backend]):
             why = f"{explored.why}; slows {slowed:.3g} busy request(s) on its device"
             explored = replace(explored, why=why)
-        return explored
+        return explored, ExplorationPlan(profile, accrued=rate, backend=explored.backend)
 
     def without_exploration(self) -> AdaptiveScorer:
-        """The same scorer and caches with exploration off: explain previews without spending credit."""
+        """The same scorer, state and caches with exploration off: explain previews the predicted ranking."""
         preview = AdaptiveScorer(
-            self.recorder,
-            scraper=self.scraper,
-            config=replace(self.config, epsilon=0.0),
+            self.windows,
+            hints=self.hints,
             cache=self.cache,
             devices=self.devices,
+            ledger=self.ledger,
+            explore=False,
         )
         preview._counts = self._counts
-        preview._explored = self._explored
         return preview
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
-        """The predicted values behind the objective scores, and why the best one won (no credit spent)."""
+        """The predicted values behind the objective scores, and why the best one won (nothing is booked)."""
         decided = self.without_exploration().decide(ctx, backends)
         under = [p.backend for p in decided.predictions if p.value is None]
-        rate, credit = min(self.config.epsilon, MAX_EPSILON), self._credit.get(ctx.profile.name, 0.0)
+        epsilon = ctx.adaptive.explore_epsilon
+        rate, credit = min(epsilon, MAX_EPSILON), self.ledger.credit(ctx.profile.name)
         return {
             "objective": ctx.profile.objective,
             "why": decided.why,
             "exploration": None
-            if not under or self.config.epsilon <= 0
+            if not under or epsilon <= 0 or not self.explore
             else f"{rate:g} of requests (credit {credit:.2f}) toward the least measured: {', '.join(under)}",
             "predictions": [
                 {
@@ -312,12 +348,14 @@ class AdaptiveScorer:
         }
 
     def _prediction(
-        self, ctx: RouteContext, backend: BackendSnapshot, model: CellModel, device: Sequence[DeviceLoad]
+        self,
+        ctx: RouteContext,
+        backend: BackendSnapshot,
+        model: CellModel,
+        device: Sequence[DeviceLoad],
+        config: PredictConfig,
     ) -> Prediction:
-        hint = None
-        if self.scraper is not None:
-            result = self.scraper.latest(backend.name)
-            hint = hint_from_scrape(result, self.scraper.now(), self.scraper.stale_after_s)
+        hint = self.hints(backend.name) if self.hints is not None else None
         me = next(d for d in device if d.backend == backend.name)
         return predict_with_model(
             backend.name,
@@ -326,7 +364,7 @@ class AdaptiveScorer:
             objective=ctx.profile.objective,
             max_output_tokens=ctx.features.max_output_tokens,
             hint=hint,
-            config=self._predict,
+            config=config,
             device_busy=me.device_busy,
             device=device,
         )
@@ -336,19 +374,20 @@ class AdaptiveScorer:
     ) -> CellModel:
         """The cell's model, or for a tokens_per_second profile still under min_samples the backend's
         all-profile one (decode speed is the engine's, whatever the prompt)."""
-        if ctx.profile.objective != "tokens_per_second" or cell.model.samples >= self.config.min_samples:
+        min_samples = ctx.adaptive.min_samples
+        if ctx.profile.objective != "tokens_per_second" or cell.model.samples >= min_samples:
             return cell.model
         engine = next(d.model for d in device if d.backend == backend)
-        return engine if engine.samples >= self.config.min_samples else cell.model
+        return engine if engine.samples >= min_samples else cell.model
 
-    def _device_loads(self, backends: Sequence[BackendSnapshot], now: float) -> dict[str, list[DeviceLoad]]:
+    def _device_loads(self, backends: Sequence[BackendSnapshot], at: float) -> dict[str, list[DeviceLoad]]:
         """Per backend, its device's backends with their load and all-profile model (cached per backend)."""
         inflight = {b.name: b.inflight for b in backends}
         members = device_members(backends, self.devices)
         loads: dict[str, DeviceLoad] = {}
         for b in backends:
             others_busy = any(inflight[o] > 0 for o in members[b.name] if o != b.name)
-            model = self.cache.backend(self.recorder, b.name, now)
+            model = self.cache.backend(self.windows, b.name, at)
             loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model)
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
 
@@ -362,29 +401,15 @@ class AdaptiveScorer:
         neighbours = sum(max(d.inflight, d.model.recent_concurrency) for d in device if d.backend != backend)
         return neighbours / (own + 1)
 
-    def _explorations(self, backend: str, profile: str, now: float) -> int:
-        sent = self._explored.get((backend, profile))
-        if not sent:
-            return 0
-        while sent and sent[0] < now - self.recorder.max_age_s:
-            sent.popleft()
-        return len(sent)
-
-    def _remember_exploration(self, backend: str, profile: str, now: float) -> None:
+    def _cell(self, backend: str, profile: str, at: float) -> CellView:
         key = (backend, profile)
-        if key not in self._explored and len(self._explored) >= self.recorder.max_cells:
-            del self._explored[next(iter(self._explored))]
-        self._explored.setdefault(key, deque(maxlen=self.config.min_samples)).append(now)
-
-    def _cell(self, backend: str, profile: str, now: float) -> CellView:
-        key = (backend, profile)
-        version = self.recorder.version(backend, profile, now)
-        model = self.cache.get(self.recorder, backend, profile, now)
+        version = self.windows.version(backend, profile, at)
+        model = self.cache.get(self.windows, backend, profile, at)
         cached = self._counts.get(key)
         if cached is None or cached[0] != version:
-            samples = self.recorder.samples(backend, profile, now)
+            samples = self.windows.samples(backend, profile, at)
             cached = (version, len(samples), sum(1 for s in samples if s.error))
-            if key not in self._counts and len(self._counts) >= self.recorder.max_cells:
+            if key not in self._counts and len(self._counts) >= self.windows.max_cells:
                 del self._counts[next(iter(self._counts))]
             self._counts[key] = cached
         return CellView(model, cached[1], cached[2])

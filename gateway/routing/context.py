@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.policy.schema import Profile, RoutingMode, Weights
+from gateway.policy.schema import Adaptive, Profile, RoutingMode, Weights
 from gateway.records import Features
 
 
@@ -14,6 +14,7 @@ class RouteContext:
     profile: Profile
     routing: RoutingMode  # the profile's override, else the policy's default
     weights: Weights
+    adaptive: Adaptive = Adaptive()  # the policy's adaptive knobs (used by the objective scorer)
 
     @property
     def pool(self) -> str:

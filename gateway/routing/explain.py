@@ -54,6 +54,8 @@ def build_explanation(
         ],
         "ranked": list(decision.ranked),
         "chosen": decision.ranked[0] if decision.ranked else None,
+        # Out for now only (warming up, full, breaker open), best first: what the request could wait for.
+        "fallback": list(decision.fallback),
         "refusal": None
         if refusal is None
         else {"status": refusal.status, "code": refusal.code, "message": refusal.message},

@@ -136,10 +136,6 @@ def _tool_call_chars(tool_calls: Any) -> int:
     )
 
 
-def estimate_prompt_tokens(body: Mapping[str, Any], chars_per_token: float) -> int:
-    return _prompt_tokens(body, content_size(body), chars_per_token)
-
-
 def _prompt_tokens(
     body: Mapping[str, Any], size: tuple[int, int, dict[str, int]], chars_per_token: float
 ) -> int:

@@ -1,13 +1,17 @@
 """Eligibility: which backends of the pool may serve this request at all, before any preference.
 
-Filters run in order. Capability filters (modality, context, the profile's require/avoid) come before
-availability filters (ready, breaker, concurrency), so when availability empties the set we know the
-remaining backends *could* serve the request once available: that is a 503 (retry later), whereas a
-capability gap is the client's 400. The filter that empties the set writes the refusal.
+Filters run in order. Filters about the request (modality, context, the profile's require/avoid) come
+before filters about the backend's state now (ready, breaker, concurrency: `Filter.now`), so when the
+latter empty the set we know the remaining backends *could* serve the request once available: that is a
+503 (retry later), whereas a capability gap is the client's 400. The filter that empties the set writes
+the refusal. A backend only a filter about now rejects is kept aside as it will be once back (`once_back`:
+warmed up, with room, its breaker cooled down); those that then pass every filter are the decision's
+fallback, ranked in the same pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +28,14 @@ class Filter:
     name: str
     reject: Reject
     refuse: Refuse
+    now: bool = False  # about the backend's state at this moment, not the request: it may pass once back
+
+
+def once_back(b: BackendSnapshot) -> BackendSnapshot:
+    """The backend as it will be once warmed up (a starting backend counts as ready), with room (nothing in
+    flight) and its breaker cooled down (each lets a probe through after its cool-down). A backend down
+    without warming up stays not ready."""
+    return dataclasses.replace(b, ready=b.ready or b.starting, starting=False, inflight=0, breaker_open=False)
 
 
 def _missing_modalities(ctx: RouteContext, b: BackendSnapshot) -> str | None:
@@ -159,7 +171,7 @@ DEFAULT_FILTERS: tuple[Filter, ...] = (
     Filter("context", _context_too_small, _no_context),
     Filter("require", _profile_requirement, _no_requirement),
     Filter("avoid", _avoided, _all_avoided),
-    Filter("ready", _not_ready, _none_ready),
-    Filter("breaker", _breaker_open, _all_broken),
-    Filter("concurrency", _at_limit, _all_full),
+    Filter("ready", _not_ready, _none_ready, now=True),
+    Filter("breaker", _breaker_open, _all_broken, now=True),
+    Filter("concurrency", _at_limit, _all_full, now=True),
 )

@@ -3,7 +3,9 @@
 Busy = in-flight / max_concurrency (in-flight alone when no limit is set), so a backend configured for
 more concurrency takes proportionally more. Ties keep the pool's order. A backend at its concurrency
 limit is left out; when none is left the request is refused with 503 whose code and message give the
-true reason: warming up, open circuit breakers, concurrency limits, or nothing ready at all.
+true reason: warming up, open circuit breakers, concurrency limits, or nothing ready at all. The backends
+out for now only (warming up, breaker open, full) are the fallback, in pool order (once back, none has
+anything in flight).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.records import BackendSnapshot, Candidate, Decision, Refusal
+from gateway.routing.filters import once_back
 
 PROFILE = "default"
 
@@ -23,7 +26,12 @@ class LeastBusyRouter:
         eligible.sort(key=lambda c: -(c.score or 0.0))  # stable: ties keep pool order
         ranked = tuple(c.backend for c in eligible)
         refusal = None if ranked else _refusal(backends)
-        return Decision(profile=PROFILE, ranked=ranked, candidates=tuple(candidates), refusal=refusal)
+        fallback = tuple(
+            b.name
+            for b, c in zip(backends, candidates, strict=True)
+            if not c.eligible and _judge(once_back(b)).eligible
+        )
+        return Decision(PROFILE, ranked, tuple(candidates), refusal, fallback=fallback)
 
 
 def _judge(backend: BackendSnapshot) -> Candidate:

@@ -1,14 +1,16 @@
 """The policy router: features -> profile -> filters -> scorers -> picker, for every request.
 
-`schedule` is the whole scheduling loop, pure: plain data in, a Decision out. `PolicyRouter` wraps it with
-the state a running gateway has: the policy in force (read from a PolicyWatcher, so a reload applies to
-the next request), the learned characters-per-token ratios, and the optional adaptive objective scorer.
+`schedule` is the whole scheduling loop, pure: plain data in, a Decision out, in one pass: the ranking of
+the backends that serve now, the fallback (those that could serve once back: warming up, full, breaker
+open), and the exploration the request would book once sent. `PolicyRouter` wraps it with the state a
+running gateway has: the policy in force (read from a PolicyWatcher, so a reload applies to the next
+request), the learned characters-per-token ratios, and the optional adaptive objective scorer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from gateway.policy.classify import classify, classify_explained
 from gateway.policy.load import LoadedPolicy
@@ -17,11 +19,11 @@ from gateway.records import BackendSnapshot, Candidate, Decision, Features, Refu
 from gateway.routing.context import RouteContext
 from gateway.routing.explain import build_explanation
 from gateway.routing.features import TokenEstimator, content_size, extract_features
-from gateway.routing.filters import DEFAULT_FILTERS, Filter
+from gateway.routing.filters import DEFAULT_FILTERS, Filter, once_back
 from gateway.routing.picker import pick
-from gateway.routing.scorers import LoadScorer, PreferenceScorer, Scorer
+from gateway.routing.scorers import CandidateScorer, Independent, LoadScorer, PreferenceScorer, Scorer
 
-WeightedScorer = tuple[Scorer, float]
+WeightedScorer = tuple[CandidateScorer, float]
 
 
 def schedule(
@@ -31,27 +33,45 @@ def schedule(
     scorers: Sequence[WeightedScorer],
 ) -> Decision:
     """Filter in order (stop when none are left: that filter writes the refusal), score the survivors,
-    rank them by weighted sum. Every backend ends up in `candidates`, with its reason or its scores."""
+    rank them by weighted sum. Every backend ends up in `candidates`, with its reason or its scores.
+
+    A backend that only filters about now reject is followed as it will be once back through the
+    remaining filters; those that pass are scored in the same evaluation and ranked as the fallback."""
     profile = ctx.profile.name
     if not backends:
         return Decision(profile, (), (), Refusal(503, "no_backend", f"pool {ctx.pool} has no backends"))
     filtered: list[Candidate] = []
     survivors = list(backends)
+    later: list[BackendSnapshot] = []  # out for now only, as they will be once back
+    refusal: Refusal | None = None
     for f in filters:
-        kept: list[BackendSnapshot] = []
-        rejected: list[BackendSnapshot] = []
-        for b in survivors:
-            reason = f.reject(ctx, b)
-            if reason is None:
-                kept.append(b)
-            else:
-                rejected.append(b)
-                filtered.append(Candidate(b.name, eligible=False, reason=f"{f.name}: {reason}"))
-        if not kept:
-            return Decision(profile, (), tuple(filtered), f.refuse(ctx, rejected))
-        survivors = kept
-    per_scorer = {s.name: s.score(ctx, survivors) for s, _ in scorers}
-    ranked = pick(per_scorer, {s.name: w for s, w in scorers}, [b.name for b in survivors])
+        if refusal is None:
+            kept: list[BackendSnapshot] = []
+            rejected: list[BackendSnapshot] = []
+            for b in survivors:
+                reason = f.reject(ctx, b)
+                if reason is None:
+                    kept.append(b)
+                else:
+                    rejected.append(b)
+                    filtered.append(Candidate(b.name, eligible=False, reason=f"{f.name}: {reason}"))
+            if f.now:
+                later += [once_back(b) for b in rejected]
+            if not kept:
+                refusal = f.refuse(ctx, rejected)
+                if not f.now:  # the request itself cannot be served here: nothing to wait for
+                    return Decision(profile, (), tuple(filtered), refusal)
+            survivors = kept
+        later = [b for b in later if f.reject(ctx, b) is None]
+    if not survivors and not later:
+        return Decision(profile, (), tuple(filtered), refusal)
+    assessed = [(s, s.assess(ctx, survivors, later)) for s, _ in scorers]
+    per_scorer = {s.name: a.scores for s, a in assessed}
+    weights = {s.name: w for s, w in scorers}
+    ranked = pick(per_scorer, weights, [b.name for b in survivors])
+    waiting = {b.name for b in later}
+    fallback = pick(per_scorer, weights, [b.name for b in backends if b.name in waiting])
+    exploration = next((a.exploration for _, a in assessed if a.exploration is not None), None)
     scored = [
         Candidate(
             name,
@@ -62,7 +82,14 @@ def schedule(
         )
         for i, (name, total) in enumerate(ranked)
     ]
-    return Decision(profile, tuple(name for name, _ in ranked), tuple(scored + filtered))
+    return Decision(
+        profile,
+        tuple(name for name, _ in ranked),
+        tuple(scored + filtered),
+        refusal,
+        fallback=tuple(name for name, _ in fallback),
+        exploration=exploration,
+    )
 
 
 class Completion(Protocol):
@@ -112,7 +139,7 @@ class PolicyRouter:
         policy: PolicySource,
         *,
         estimator: TokenEstimator | None = None,
-        objective_scorer: Scorer | None = None,
+        objective_scorer: CandidateScorer | Scorer | None = None,
         filters: Sequence[Filter] = DEFAULT_FILTERS,
     ) -> None:
         self.policy = policy
@@ -120,8 +147,11 @@ class PolicyRouter:
         self.objective_scorer = objective_scorer
         self.filters = tuple(filters)
         self._preference, self._load = PreferenceScorer(), LoadScorer()
+        self._objective = _candidate_scorer(objective_scorer)
 
     def route(self, endpoint: str, body: Mapping[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        """The one decision for a request: ranking, fallback and the exploration it books once sent (the
+        router changes nothing here; the dispatcher books `Decision.exploration` when it sends)."""
         policy = self.policy.current.policy  # one read: a reload mid-request cannot mix two policies
         features = extract_features(endpoint, body, backends, self.estimator)
         ctx = self._context(policy, classify(policy, features), features)
@@ -166,15 +196,15 @@ class PolicyRouter:
             self.estimator.observe(backend, chars, prompt_tokens)
 
     def _context(self, policy: Policy, profile: Profile, features: Features) -> RouteContext:
-        return RouteContext(features, profile, policy.routing_for(profile), policy.weights)
+        return RouteContext(features, profile, policy.routing_for(profile), policy.weights, policy.adaptive)
 
     def _scorers(self, ctx: RouteContext, preview: bool = False) -> list[WeightedScorer]:
         w = ctx.weights
         chosen: list[WeightedScorer] = [(self._preference, w.preference), (self._load, w.load)]
-        if ctx.routing == "adaptive" and self.objective_scorer is not None:
-            objective = self.objective_scorer
+        if ctx.routing == "adaptive" and self._objective is not None:
+            objective = self._objective
             without = getattr(objective, "without_exploration", None)
-            if preview and without is not None:  # explain must not spend exploration credit
+            if preview and without is not None:  # explain previews the predicted ranking, no exploration
                 objective = without()
             # The objective scorer carries the prefer order as its prior, fading as cells get measured,
             # so the preference scorer does not also vote in adaptive routing.
@@ -187,3 +217,12 @@ class PolicyRouter:
         if self.objective_scorer is None:
             return "adaptive requested, but no objective scorer is configured: static scoring used"
         return f"adaptive: predicted {ctx.profile.objective} (prefer order as the prior) and load"
+
+
+def _candidate_scorer(scorer: CandidateScorer | Scorer | None) -> CandidateScorer | None:
+    """The objective scorer as the scheduler evaluates it: a plain Scorer is taken to score per backend."""
+    if scorer is None:
+        return None
+    if hasattr(scorer, "assess"):
+        return cast(CandidateScorer, scorer)
+    return Independent(scorer)

@@ -20,11 +20,5 @@ class SimClock:
         """Simulated seconds since the clock was made."""
         return (time.monotonic() - self._origin) * self.time_scale
 
-    def to_sim(self, real_seconds: float) -> float:
-        return real_seconds * self.time_scale
-
-    def to_real(self, sim_seconds: float) -> float:
-        return sim_seconds / self.time_scale
-
     async def sleep(self, sim_seconds: float) -> None:
         await asyncio.sleep(max(0.0, sim_seconds) / self.time_scale)

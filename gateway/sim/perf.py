@@ -135,19 +135,11 @@ class Device:
         self.spec = spec or DeviceSpec()
         self._busy: set[int] = set()
 
-    @property
-    def bandwidth_bytes_s(self) -> float:
-        return self.spec.memory_bandwidth_gbs * 1e9
-
     def set_busy(self, engine_id: int, busy: bool) -> None:
         if busy:
             self._busy.add(engine_id)
         else:
             self._busy.discard(engine_id)
-
-    @property
-    def busy_engines(self) -> int:
-        return len(self._busy)
 
     def contention_factor(self, engine_id: int) -> float:
         """Step-time multiplier for `engine_id` given the other engines busy on this device."""

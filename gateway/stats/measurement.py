@@ -11,21 +11,19 @@ translation of one completion record into a `Sample` (or None when the record sa
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from gateway.backends.engine_metrics import FLAVORS, Flavor
+from gateway.backends.fetch import Fetch
 from gateway.backends.scraper import MetricsScraper, ScrapeTarget
 from gateway.records import Sample
-from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
 from gateway.settings import BackendConfig, MeasurementConfig, PoolConfig
 from gateway.stats import snapshot
 from gateway.stats.live import LiveRecorder
 
 log = logging.getLogger(__name__)
-
-Fetch = Callable[[str], Awaitable[str]]
 
 
 class Completion(Protocol):
@@ -97,7 +95,7 @@ def record_sample(record: Completion) -> Sample | None:
         prompt_tokens=record.prompt_tokens or 0,
         concurrency=max(1, record.inflight_at_dispatch),
         # On a shared device the other engines' requests slow this one too: kept apart from its own
-        # batch, so the fit can tell the two effects apart (routing/predict.py).
+        # batch, so the fit can tell the two effects apart (routing/fitting.py).
         device_share=_share(record.device_shared_s, record.e2e - before),
         error=failed,
         mean_itl=sum(gaps) / len(gaps) if gaps else None,
@@ -144,7 +142,6 @@ class Measurement:
     ) -> None:
         self.config = config
         self.recorder = LiveRecorder(max_age_s=config.window_s)
-        self._backends = tuple(backends)
         self.state_dir = state_dir  # None: no state kept
         self._identities = backend_identities(backends, pools)
         targets = scrape_targets(backends)
@@ -189,19 +186,3 @@ class Measurement:
             await self._saver.stop()  # cancels the periodic task, then saves once more
         except OSError as exc:  # an unwritable state dir must not turn a shutdown into a crash
             log.warning("stats snapshot at shutdown failed: %s", exc)
-
-    def objective_scorer(self) -> AdaptiveScorer:
-        """The adaptive router's objective scorer, reading this recorder and scraper."""
-        config = AdaptiveConfig(min_samples=self.config.min_samples, epsilon=self.config.explore_epsilon)
-        return AdaptiveScorer(
-            self.recorder,
-            scraper=self.scraper,
-            config=config,
-            devices={b.name: b.device for b in self._backends if b.device is not None},
-        )
-
-
-def transport_fetch(transport: object) -> Fetch | None:
-    """The upstream transport's GET, when it has one (the aiohttp transport; test doubles may not)."""
-    get_text = getattr(transport, "get_text", None)
-    return get_text if callable(get_text) else None

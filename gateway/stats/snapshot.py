@@ -9,25 +9,25 @@ previous snapshot intact, never a truncated one.
 Each cell is saved with its backend's identity (name, URL, served models), and a cell is restored only
 into the configured backend of the same identity: a name alone does not say it is the same engine (a
 twin fleet and a real Spark both call theirs `fp8-mtp`), and another engine's timings would steer
-routing wrong until they aged out.
+routing wrong until they aged out (the identity: gateway/backends/identity.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
-import os
-import tempfile
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from gateway.backends.identity import BackendIdentity as BackendIdentity
+from gateway.backends.identity import identity as identity
+from gateway.backends.identity import identity_from_json, identity_json
 from gateway.records import Sample
+from gateway.state_files import write_atomic
 from gateway.stats.live import LiveRecorder
 from gateway.tasks import BackgroundTask
 
@@ -38,26 +38,8 @@ FORMAT_VERSION = 2
 FILE_NAME = "live-stats.json"
 
 
-@dataclass(frozen=True, slots=True)
-class BackendIdentity:
-    """Which engine a backend's measurements describe: its name, its URL and the models it serves."""
-
-    name: str
-    url: str  # without user:password, which is no part of the engine's identity and no file's business
-    served: tuple[str, ...]  # the model names the gateway sends it, sorted
-
-    def describe(self) -> str:
-        return f"{self.name!r} ({self.url}, serving {', '.join(self.served) or 'no pool'})"
-
-
 Identities = Mapping[str, BackendIdentity]  # configured backend name -> its identity
 Row = tuple[BackendIdentity, str, float, Sample]  # (identity, profile, recorded_at, sample)
-
-
-def identity(name: str, url: str, served: Iterable[str]) -> BackendIdentity:
-    parts = urlsplit(url)
-    bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    return BackendIdentity(name, bare, tuple(sorted(set(served))))
 
 
 def encode(recorder: LiveRecorder, now: float, keep_per_cell: int, identities: Identities) -> bytes:
@@ -69,7 +51,7 @@ def encode(recorder: LiveRecorder, now: float, keep_per_cell: int, identities: I
             continue  # no configured backend of that name: nothing could restore it
         newest = entries[-keep_per_cell:] if keep_per_cell > 0 else ()
         samples = [{"at": at, **asdict(sample)} for at, sample in newest]
-        cells.append({"backend": _identity_json(known), "profile": profile, "samples": samples})
+        cells.append({"backend": identity_json(known), "profile": profile, "samples": samples})
     document = {"version": FORMAT_VERSION, "saved_at": now, "cells": cells}
     return json.dumps(document, separators=(",", ":")).encode()
 
@@ -83,7 +65,7 @@ def decode(data: bytes) -> list[Row]:
         raise ValueError(f"snapshot format version {version!r}, this gateway reads {FORMAT_VERSION}")
     rows: list[Row] = []
     for cell in document.get("cells", []):
-        backend, profile = _identity(cell.get("backend")), cell.get("profile")
+        backend, profile = identity_from_json(cell.get("backend")), cell.get("profile")
         if backend is None or not isinstance(profile, str):
             continue
         for raw in cell.get("samples", []):
@@ -92,21 +74,6 @@ def decode(data: bytes) -> list[Row]:
                 rows.append((backend, profile, *parsed))
     rows.sort(key=lambda row: row[2])
     return rows
-
-
-def _identity_json(known: BackendIdentity) -> dict[str, Any]:
-    return {"name": known.name, "url": known.url, "served": list(known.served)}
-
-
-def _identity(raw: Any) -> BackendIdentity | None:
-    if not isinstance(raw, dict):
-        return None
-    name, url, served = raw.get("name"), raw.get("url"), raw.get("served")
-    if not isinstance(name, str) or not isinstance(url, str) or not isinstance(served, list):
-        return None
-    if not all(isinstance(model, str) for model in served):
-        return None
-    return BackendIdentity(name, url, tuple(served))
 
 
 def _sample(raw: Any) -> tuple[float, Sample] | None:
@@ -126,22 +93,6 @@ def _sample(raw: Any) -> tuple[float, Sample] | None:
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return (at, sample) if math.isfinite(at) and math.isfinite(sample.e2e) else None
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so readers see either the old file or the new one, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
 
 
 def save(

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.policy.load import parse_policy
-from gateway.records import BackendSnapshot, Sample
-from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
+from gateway.records import BackendSnapshot, Decision, Sample
+from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 
@@ -57,9 +57,25 @@ class Clock:
         return self.t
 
 
+def with_adaptive(policy: str, **knobs: object) -> str:
+    """The policy with an `adaptive:` block setting these knobs (min_samples, explore_epsilon, ...)."""
+    block = ", ".join(f"{name}: {value}" for name, value in knobs.items())
+    return policy.replace("routing: adaptive\n", f"routing: adaptive\nadaptive: {{{block}}}\n", 1)
+
+
 def make_router(recorder: LiveRecorder) -> PolicyRouter:
-    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.25))
-    return PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+    scorer = AdaptiveScorer(recorder)
+    return PolicyRouter(FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.25))),
+                        objective_scorer=scorer)
+
+
+def sent(router: PolicyRouter, decision: Decision) -> str:
+    """Where the request goes (the first ranked), its exploration booked as the dispatcher books it."""
+    chosen = decision.ranked[0]
+    scorer = router.objective_scorer
+    if decision.exploration is not None and isinstance(scorer, AdaptiveScorer):
+        scorer.book(decision.exploration, chosen)
+    return chosen
 
 
 def body(endpoint: str) -> dict[str, object]:
@@ -72,7 +88,7 @@ def serve(router: PolicyRouter, recorder: LiveRecorder, clock: Clock, endpoint: 
     """Route one request at idle load, play it on the chosen backend, record what the gateway would."""
     backends = [BackendSnapshot("x"), BackendSnapshot("y")]
     decision = router.route(endpoint, body(endpoint), backends)
-    chosen = decision.ranked[0]
+    chosen = sent(router, decision)
     ttft, tpot = perf(chosen, decision.profile, 1)
     recorder.record(chosen, decision.profile, Sample(e2e=ttft + 63 * tpot, ttft=ttft, output_tokens=64,
                                                     prompt_tokens=40, concurrency=1))

@@ -4,11 +4,11 @@ from collections.abc import Sequence
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, Sample
-from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer, Verdict
+from gateway.routing.adaptive import AdaptiveScorer, Verdict
 from gateway.routing.context import RouteContext
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
-from tests.adaptive.routing_loop import POLICY, Clock, make_router, serve
+from tests.adaptive.routing_loop import POLICY, Clock, make_router, sent, serve, with_adaptive
 
 
 def split(backend: str, profile: str, concurrency: int) -> tuple[float, float]:
@@ -60,8 +60,9 @@ def test_a_backend_that_slows_down_loses_its_traffic_within_a_bounded_number_of_
 
 def test_exploration_goes_to_a_backend_that_would_not_win_anyway() -> None:
     recorder = LiveRecorder(clock=Clock())
-    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.25))
-    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+    scorer = AdaptiveScorer(recorder)
+    router = PolicyRouter(FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.25))),
+                          objective_scorer=scorer)
     explored: list[str] = []
     decide = scorer.decide
 
@@ -74,7 +75,7 @@ def test_exploration_goes_to_a_backend_that_would_not_win_anyway() -> None:
     scorer.decide = watched  # type: ignore[method-assign]
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     for _ in range(60):
-        router.route("chat", chat, [BackendSnapshot("x"), BackendSnapshot("y")])
+        sent(router, router.route("chat", chat, [BackendSnapshot("x"), BackendSnapshot("y")]))
     # Nothing is ever recorded: the prior keeps picking x, which its own traffic would measure, so every
     # exploration goes to y (the least measured by name would have been x itself).
     assert explored == ["y"] * 5
@@ -105,8 +106,9 @@ def test_a_decode_speed_profile_borrows_the_engines_fit_until_its_own_cell_is_me
                                                         concurrency=1))
         recorder.record("y", "default", Sample(e2e=1.3, ttft=0.05, output_tokens=64, prompt_tokens=40,
                                                         concurrency=1))
-    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.0))
-    router = PolicyRouter(FixedPolicy(parse_policy(BORROW_POLICY)), objective_scorer=scorer)
+    scorer = AdaptiveScorer(recorder)
+    router = PolicyRouter(FixedPolicy(parse_policy(with_adaptive(BORROW_POLICY, explore_epsilon=0))),
+                          objective_scorer=scorer)
     pool = [BackendSnapshot("x"), BackendSnapshot("y")]
 
     def first(prompt_words: int) -> str:

@@ -6,12 +6,15 @@ import pytest
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot
-from gateway.routing.adaptive import AdaptiveConfig, AdaptiveScorer
-from gateway.routing.predict import DeviceLoad, build_model, device_harm, fit_load
+from gateway.routing.adaptive import AdaptiveScorer
+from gateway.routing.cells import build_model
+from gateway.routing.fitting import fit_load
+from gateway.routing.harm import DeviceLoad, device_harm
 from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.stats.live import DeviceTime, LiveRecorder
+from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import decode_samples as samples
+from tests.adaptive.routing_loop import sent, with_adaptive
 
 
 def test_the_fit_separates_the_backends_own_batch_from_a_busy_neighbour() -> None:
@@ -46,16 +49,16 @@ def test_stress_traffic_stays_on_the_busy_engine_of_a_shared_device() -> None:
         recorder.record("x", "default", sample)
     for sample in samples(0.018):  # y is faster per request, at any load
         recorder.record("y", "default", sample)
-    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.0),
-                            devices={"x": "spark", "y": "spark"})
-    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+    scorer = AdaptiveScorer(recorder, devices={"x": "spark", "y": "spark"})
+    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
+    router = PolicyRouter(policy, objective_scorer=scorer)
     body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
     loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
     assert router.route("completions", body, loaded).ranked[0] == "x"
-    apart = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.0))
-    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=apart)
+    apart = AdaptiveScorer(recorder)
+    router = PolicyRouter(policy, objective_scorer=apart)
     assert router.route("completions", body, loaded).ranked[0] == "y"  # separate devices: spread
-    explained = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer).explain(
+    explained = PolicyRouter(policy, objective_scorer=scorer).explain(
         "completions", body, loaded
     )["scoring"]["adaptive"]["predictions"]
     y = next(p for p in explained if p["backend"] == "y")
@@ -64,28 +67,14 @@ def test_stress_traffic_stays_on_the_busy_engine_of_a_shared_device() -> None:
 
 def test_exploration_counts_requests_still_in_flight() -> None:
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
-    scorer = AdaptiveScorer(recorder, config=AdaptiveConfig(epsilon=0.5))
-    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+    scorer = AdaptiveScorer(recorder)
+    router = PolicyRouter(FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5))),
+                          objective_scorer=scorer)
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
     # 100 arrivals before any answer is recorded: y may be explored at most min_samples times.
-    chosen = [router.route("completions", body, [BackendSnapshot("x"), BackendSnapshot("y")]).ranked[0]
+    chosen = [sent(router, router.route("completions", body, [BackendSnapshot("x"), BackendSnapshot("y")]))
               for _ in range(100)]
     assert chosen.count("y") <= 5 and chosen.count("x") >= 95 - 5
-
-
-def test_device_time_counts_only_the_time_a_neighbour_was_busy() -> None:
-    now = [0.0]
-    clock = DeviceTime(clock=lambda: now[0])
-    clock.change("x", "spark", +1)
-    now[0] = 1.0
-    clock.change("y", "spark", +1)  # from here x shares the device
-    now[0] = 3.0
-    clock.change("y", "spark", -1)
-    now[0] = 4.0
-    clock.change("z", None, +1)  # a backend without a device shares nothing
-    now[0] = 5.0  # y counts x's time even while idle: only its own requests' spans are ever read
-    shared = [clock.shared_seconds(name) for name in ("x", "y", "z")]
-    assert shared == [2.0, 4.0, 0.0]
 
 
 def first_exploration(x_inflight: int, y_inflight: int, devices: dict[str, str], history: bool = True,
@@ -94,12 +83,12 @@ def first_exploration(x_inflight: int, y_inflight: int, devices: dict[str, str],
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for sample in samples(0.020) if history else []:  # x's newest 16 requests met a load of 8.5 on average
         recorder.record("x", "default", sample)
-    config = AdaptiveConfig(epsilon=0.5, min_samples=min_samples)
-    scorer = AdaptiveScorer(recorder, config=config, devices=devices)
-    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=scorer)
+    policy = with_adaptive(POLICY, explore_epsilon=0.5, min_samples=min_samples)
+    scorer = AdaptiveScorer(recorder, devices=devices)
+    router = PolicyRouter(FixedPolicy(parse_policy(policy)), objective_scorer=scorer)
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
     pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y", inflight=y_inflight)]
-    return [i for i in range(routes) if router.route("completions", body, pool).ranked[0] == "y"]
+    return [i for i in range(routes) if sent(router, router.route("completions", body, pool)) == "y"]
 
 
 SHARED = {"x": "spark", "y": "spark"}

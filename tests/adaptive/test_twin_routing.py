@@ -110,6 +110,6 @@ def test_traffic_moves_away_from_a_backend_that_slows_down_mid_run(tmp_path: Pat
 
     before, after = asyncio.run(scenario())
     assert before[20:] == ["x"] * 50, before  # x's window holds 55 fast samples
-    # Five slow samples restart x's fit (predict.fit_current): the bound does not grow with the window.
+    # Five slow samples restart x's fit (regime.fit_current): the bound does not grow with the window.
     moved_at = next(i for i in range(len(after)) if after[i:].count("x") == 0)
     assert moved_at <= 6, after

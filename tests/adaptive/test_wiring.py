@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from gateway.api.asgi import http_scope
-from gateway.app import build_app, build_gateway
+from gateway.app import adaptive_scorer, build_app, build_gateway
 from gateway.backends.registry import Status
 from gateway.bench.routing_trace import CLASSES, Lifespan, post, request_body
 from gateway.commands.serve import settings_for_fleet
@@ -18,7 +18,7 @@ from gateway.settings import BackendConfig, MeasurementConfig, load_settings
 from gateway.sim.fleet import load_fleet
 from gateway.sim.runner import TwinFleet
 from gateway.stats.measurement import Measurement, record_sample
-from tests.adaptive.routing_loop import POLICY
+from tests.adaptive.routing_loop import POLICY, with_adaptive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,16 +72,17 @@ def test_a_restarted_gateway_routes_from_the_loaded_snapshot(tmp_path: Path) -> 
     backends = [BackendConfig(name=n, url=f"http://127.0.0.1:{port}") for n, port in (("x", 1), ("y", 2))]
 
     async def scenario() -> str:
-        first = Measurement(MeasurementConfig(explore_epsilon=0.0), backends, tmp_path, None)
+        first = Measurement(MeasurementConfig(), backends, tmp_path, None)
         await first.start()
         for backend, sample in fast_and_slow():
             first.recorder.record(backend, "chat", sample)
         await first.stop()  # the shutdown save
-        second = Measurement(MeasurementConfig(explore_epsilon=0.0), backends, tmp_path, None)
+        second = Measurement(MeasurementConfig(), backends, tmp_path, None)
         await second.start()
         await second.stop()
         assert second.restored == 16
-        router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=second.objective_scorer())
+        policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
+        router = PolicyRouter(policy, objective_scorer=adaptive_scorer(second, backends))
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
         return router.route("chat", chat, [BackendSnapshot("x"), BackendSnapshot("y")]).ranked[0]
 
@@ -93,7 +94,7 @@ def test_explain_shows_the_predictions_and_why_the_winner_won(tmp_path: Path) ->
     m = Measurement(MeasurementConfig(), [], tmp_path, None)
     for backend, sample in fast_and_slow():
         m.recorder.record(backend, "chat", sample)
-    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=m.objective_scorer())
+    router = PolicyRouter(FixedPolicy(parse_policy(POLICY)), objective_scorer=adaptive_scorer(m, []))
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
     e = router.explain("chat", chat, [BackendSnapshot("x"), BackendSnapshot("y")])
     adaptive = e["scoring"]["adaptive"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 
 import pytest
 
@@ -36,22 +37,28 @@ class FakeClock:
 
 
 class ScriptedFetch:
-    """Serves queued bodies per URL; a URL listed in `hang` never answers, one in `fail` raises."""
+    """Serves queued bodies per URL (200); a URL listed in `hang` never answers, one in `fail` raises, one
+    in `status` answers that status instead."""
 
     def __init__(self) -> None:
         self.bodies: dict[str, list[str]] = {}
         self.hang: set[str] = set()
         self.fail: set[str] = set()
+        self.status: dict[str, int] = {}
         self.calls: list[str] = []
+        self.timeouts: list[float] = []
 
-    async def __call__(self, url: str) -> str:
+    async def __call__(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
         self.calls.append(url)
+        self.timeouts.append(timeout_s)
         if url in self.hang:
             await asyncio.sleep(3600)
         if url in self.fail:
             raise ConnectionRefusedError("connection refused")
+        if url in self.status:
+            return self.status[url], b"busy"
         queue = self.bodies[url]
-        return queue.pop(0) if len(queue) > 1 else queue[0]
+        return 200, (queue.pop(0) if len(queue) > 1 else queue[0]).encode()
 
 
 A = ScrapeTarget("mtp", "http://a/metrics", "vllm")
@@ -134,3 +141,16 @@ async def test_removed_backend_data_is_dropped() -> None:
     await scraper.scrape_once()
     scraper.set_targets([B])
     assert scraper.latest("mtp") is None
+
+
+async def test_an_answer_other_than_200_is_a_failed_scrape_and_the_fetch_gets_the_timeout() -> None:
+    fetch = ScriptedFetch()
+    fetch.bodies[A.url] = [_vllm_text(0, 1, 2, 1)]
+    scraper = MetricsScraper([A], fetch, interval_s=1.0, timeout_s=0.5)
+    await scraper.scrape_once()
+    assert scraper.latest("mtp") is not None and fetch.timeouts == [0.5]
+    fetch.status[A.url] = 503
+    await scraper.scrape_once()
+    assert scraper.last_error("mtp") == "HTTP 503"
+    result = scraper.latest("mtp")
+    assert result is not None and result.metrics.waiting == 0.0  # the last good scrape is kept

@@ -70,3 +70,28 @@ async def test_no_headers_within_the_first_byte_timeout_is_a_timeout() -> None:
                 await transport.send(url + "/slow", {}, b"{}")
     finally:
         await transport.aclose()
+
+
+async def _control_engine(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers a GET with 503 and the Authorization header it got, after 2 s on /slow."""
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/slow":
+        await asyncio.sleep(2)
+    auth = dict(scope["headers"]).get(b"authorization", b"")
+    await send({"type": "http.response.start", "status": 503, "headers": []})
+    await send({"type": "http.response.body", "body": auth, "more_body": False})
+
+
+async def test_its_control_plane_get_answers_status_and_body_or_builtin_errors() -> None:
+    transport = httpx_transport(Timeouts(), connections=4)
+    try:
+        async with serve_asgi(_control_engine) as (url, _server):
+            answer = await transport.get(url + "/health", {"Authorization": "Bearer k"}, 2.0)
+            assert answer == (503, b"Bearer k")
+            with pytest.raises(TimeoutError):
+                await transport.get(url + "/slow", {}, 0.2)
+        with pytest.raises(ConnectionError):
+            await transport.get(f"http://127.0.0.1:{_closed_port()}/health", {}, 2.0)
+    finally:
+        await transport.aclose()

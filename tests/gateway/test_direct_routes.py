@@ -10,8 +10,9 @@ import pytest
 from starlette.routing import Route
 
 from gateway.api.asgi import REQUEST_ID, DirectRoutes, RequestContext
-from gateway.api.auth import AUTH_ROLE, ApiKeyAuth, AuthConfig
+from gateway.api.auth import AUTH_ROLE, ApiKeyAuth
 from gateway.proxy.stream import SseMeter
+from gateway.settings import AuthConfig
 
 Sent = list[dict[str, Any]]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -14,10 +14,10 @@ from gateway_fakes import FakeEngine, running_gateway, settings_for
 
 from gateway.backends.registry import Registry, Status
 from gateway.backends.warmup import Warmups
-from gateway.proxy.dispatch import Dispatcher, Job
+from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job
 from gateway.proxy.reliability import Reliability
 from gateway.proxy.upstream import MockResponse, MockTransport, UpstreamConnectError, UpstreamTimeout
-from gateway.records import RequestRecord
+from gateway.records import ExplorationPlan, RequestRecord
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -155,13 +155,14 @@ async def test_client_disconnect_cancels_the_upstream_request(engines: list[Fake
 
 
 def _dispatcher(
-    handler: Any, backends: tuple[str, ...] = ("a", "b")
+    handler: Any, backends: tuple[str, ...] = ("a", "b"), on_dispatch: Sequence[DispatchListener] = ()
 ) -> tuple[Dispatcher, Registry, list[RequestRecord]]:
     settings = settings_for({name: f"http://{name}.invalid" for name in backends})
     registry = Registry(settings)
     records: list[RequestRecord] = []
+    transport = MockTransport(handler)
     return (
-        Dispatcher(registry, MockTransport(handler), max_attempts=2, observers=[records.append]),
+        Dispatcher(registry, transport, max_attempts=2, observers=[records.append], on_dispatch=on_dispatch),
         registry,
         records,
     )
@@ -342,3 +343,56 @@ async def test_a_ready_but_full_pool_still_times_out_as_a_lack_of_room() -> None
     error = orjson.loads(waiter.sent[1]["body"])["error"]
     assert waiter.sent[0]["status"] == 503 and error["code"] == "queue_timeout"
     assert "had room within 0.2s" in error["message"]
+
+
+# The dispatch hook: called once per request, with the backend of its first attempt sent upstream.
+
+
+async def test_on_dispatch_is_called_once_with_the_first_backend_even_when_it_fails_over() -> None:
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        if url.startswith("http://a."):
+            raise UpstreamConnectError("refused")
+        return MockResponse(200, [b'{"usage":{"completion_tokens":1,"prompt_tokens":1}}'])
+
+    calls: list[tuple[str, str, ExplorationPlan | None]] = []
+    dispatcher, registry, records = _dispatcher(
+        handler, on_dispatch=[lambda job, backend: calls.append((job.request_id, backend, job.exploration))]
+    )
+    plan = ExplorationPlan("default", accrued=0.5, backend="a")
+    job = _job(registry)
+    job.exploration = plan
+    client = Client()
+    await dispatcher.run(job, client.receive, client.send)
+    assert client.sent[0]["status"] == 200 and records[0].backend == "b"
+    assert calls == [("r1", "a", plan)]
+
+
+async def test_a_failing_on_dispatch_listener_does_not_break_the_request() -> None:
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        return MockResponse(200, [b"{}"])
+
+    def broken(job: Job, backend: str) -> None:
+        raise RuntimeError("listener bug")
+
+    calls: list[str] = []
+    dispatcher, registry, records = _dispatcher(
+        handler, on_dispatch=[broken, lambda job, backend: calls.append(backend)]
+    )
+    client = Client()
+    await dispatcher.run(_job(registry), client.receive, client.send)
+    assert client.sent[0]["status"] == 200 and records[0].status == 200
+    assert calls == ["a"]
+
+
+async def test_on_dispatch_is_not_called_for_a_request_refused_before_any_attempt() -> None:
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        raise AssertionError("nothing may be sent to a warming backend")
+
+    dispatcher, registry, _ = _admitted(handler, {"timeout_s": 5.0, "warming_wait_s": 0.05}, warmup_s=60.0)
+    calls: list[str] = []
+    dispatcher.on_dispatch.append(lambda job, backend: calls.append(backend))
+    registry.set_status("a", Status.STARTING)
+    client = Client()
+    await dispatcher.run(_arriving_now(registry), client.receive, client.send)
+    assert client.sent[0]["status"] == 503
+    assert calls == []

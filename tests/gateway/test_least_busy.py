@@ -73,3 +73,16 @@ def test_full_and_broken_backends_refuse_naming_both_reasons() -> None:
     refusal = LeastBusyRouter().route("chat", BODY, backends).refusal
     assert refusal is not None and refusal.code == "backends_busy"
     assert "1 failing (circuit breaker open)" in refusal.message
+
+
+def test_backends_out_for_now_only_follow_as_the_fallback_in_pool_order() -> None:
+    backends = [
+        BackendSnapshot("full", inflight=2, max_concurrency=2),
+        BackendSnapshot("down", ready=False),
+        BackendSnapshot("free"),
+        BackendSnapshot("warming", ready=False, starting=True),
+        BackendSnapshot("tripped", breaker_open=True),
+    ]
+    decision = LeastBusyRouter().route("chat", BODY, backends)
+    assert decision.ranked == ("free",)
+    assert decision.fallback == ("full", "warming", "tripped")

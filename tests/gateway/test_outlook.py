@@ -35,7 +35,7 @@ def outcome(tmp_path: Path, status: Status, body: dict[str, Any] = CHAT, warmup_
     router = PolicyRouter(PolicyWatcher(tmp_path / "policy.yaml"))
     snapshots = registry.snapshots(registry.pools[0])
     explanation = router.explain("chat", body, snapshots)
-    return Outlook(router, Reliability(settings, warmups))("m", "chat", body, snapshots, explanation)
+    return Outlook(Reliability(settings, warmups))("m", explanation)
 
 
 def test_a_ready_backend_serves_at_once(tmp_path: Path) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 
 from gateway_fakes import FakeEngine, settings_for
 
 from gateway.backends.prober import Prober
 from gateway.backends.registry import Registry, Status
-from gateway.settings import ProbeConfig
+from gateway.proxy.upstream import AiohttpTransport
+from gateway.settings import ProbeConfig, Timeouts
 
 
 class Clock:
@@ -26,11 +28,14 @@ def closed_port_url() -> str:
 
 
 async def probe(registry: Registry, name: str = "a") -> Status:
-    prober = Prober(registry, ProbeConfig())  # probed by hand: no background loop
+    # Through the production transport's control-plane GET, over loopback sockets to the fake engines.
+    transport = AiohttpTransport(Timeouts())
+    prober = Prober(registry, ProbeConfig(), transport.get)  # probed by hand: no background loop
     try:
         return await prober.probe_once(name)
     finally:
         await prober.stop()
+        await transport.aclose()
 
 
 def make(url: str, clock: Clock, **extra: object) -> Registry:
@@ -85,3 +90,44 @@ async def test_vllm_503_after_ready_is_dead(engines: list[FakeEngine]) -> None:
     await probe(registry)
     engines[0].behaviour.health_status = 503
     assert await probe(registry) is Status.DEAD
+
+
+class ScriptedFetch:
+    """A fetch without sockets: answers /health with `health`, /v1/models with one model card; `error`,
+    when set, is raised instead. Every call is kept as (url, headers, timeout_s)."""
+
+    def __init__(self) -> None:
+        self.health: tuple[int, bytes] = (200, b'{"status":"ok"}')
+        self.error: OSError | None = None
+        self.calls: list[tuple[str, dict[str, str], float]] = []
+
+    async def __call__(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        self.calls.append((url, dict(headers), timeout_s))
+        if self.error is not None:
+            raise self.error
+        if url.endswith("/v1/models"):
+            return 200, b'{"object":"list","data":[{"id":"served","max_model_len":2048}]}'
+        return self.health if url.endswith("/health") else (404, b"")
+
+
+async def test_probes_go_through_the_injected_fetch_with_the_key_and_the_probe_timeout() -> None:
+    fetch = ScriptedFetch()
+    backend = {"name": "a", "url": "http://engine:8000", "flavor": "vllm", "api_key": "sk-engine"}
+    registry = make("http://engine:8000", Clock(), backends=[backend])
+    prober = Prober(registry, ProbeConfig(timeout_s=2.5), fetch)
+    assert await prober.probe_once("a") is Status.READY
+    assert fetch.calls[0] == ("http://engine:8000/health", {"Authorization": "Bearer sk-engine"}, 2.5)
+    assert registry.backends["a"].served_models == ("served",)  # discovery used the same fetch
+
+
+async def test_a_timed_out_probe_is_not_a_refused_one() -> None:
+    fetch = ScriptedFetch()
+    registry = make("http://engine:8000", Clock())
+    prober = Prober(registry, ProbeConfig(timeouts_to_dead=2), fetch)
+    assert await prober.probe_once("a") is Status.READY
+    fetch.error = TimeoutError()
+    assert await prober.probe_once("a") is Status.READY  # one slow probe proves nothing
+    assert prober.timeouts_in_a_row("a") == 1
+    fetch.error = ConnectionRefusedError()
+    assert await prober.probe_once("a") is Status.DEAD  # nothing listens: proof at once
+    assert prober.timeouts_in_a_row("a") == 0

@@ -167,3 +167,13 @@ def test_a_backend_in_no_pool_is_a_warning(tmp_path: Path) -> None:
     assert loaded.warnings == (
         f"{path}:7: warning: backends.1: backend 'b' is in no pool, so no request can reach it",
     )
+
+
+def test_adaptive_knobs_in_the_measurement_section_point_to_the_policy(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD + "measurement:\n  window_s: 300\n  explore_epsilon: 0.1\n")
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    [line] = caught.value.lines
+    assert line.startswith(f"{path}:")
+    moved = "measurement.explore_epsilon: moved to the policy file: set `adaptive: {explore_epsilon: 0.1}`"
+    assert moved in line

@@ -97,3 +97,42 @@ async def test_a_fully_read_response_is_answered_with_status_and_type(engines: l
     assert response.status == 200 and response.content_type.startswith("application/json")
     assert b'"usage"' in await response.read()
     await upstream.aclose()
+
+
+async def test_control_plane_get_answers_any_status_with_its_body(engines: list[FakeEngine]) -> None:
+    engines[0].behaviour.health_status = 503
+    engines[0].behaviour.health_body = {"error": {"message": "Loading model"}}
+    upstream = transport()
+    try:
+        status, body = await upstream.get(engines[0].url + "/health", {"Authorization": "Bearer k"}, 2.0)
+    finally:
+        await upstream.aclose()
+    assert status == 503 and b"Loading model" in body
+
+
+async def test_control_plane_get_fails_with_builtin_errors() -> None:
+    upstream = transport()
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) but never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with pytest.raises(TimeoutError):
+            await upstream.get(f"http://127.0.0.1:{silent.getsockname()[1]}/health", {}, 0.2)
+        closed = f"http://127.0.0.1:{silent.getsockname()[1]}/health"
+    with pytest.raises(OSError) as refused:
+        await upstream.get(closed, {}, 2.0)
+    assert not isinstance(refused.value, TimeoutError)
+    await upstream.aclose()
+
+
+async def test_control_plane_get_never_queues_behind_client_traffic(engines: list[FakeEngine]) -> None:
+    # One client connection, held by a slow stream: a GET through the client pool would wait for it.
+    engines[0].behaviour.tokens = 50
+    engines[0].behaviour.gap_s = 0.1
+    upstream = AiohttpTransport(Timeouts(connect_s=1.0, first_byte_s=2.0, idle_s=2.0), connections=1)
+    try:
+        response = await upstream.send(engines[0].url + "/v1/chat/completions", HEADERS, BODY)
+        status, _ = await upstream.get(engines[0].url + "/health", {}, 1.0)
+        assert status == 200
+        response.close()
+    finally:
+        await upstream.aclose()

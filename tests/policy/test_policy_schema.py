@@ -89,3 +89,21 @@ def test_require_vision_is_shorthand_for_image_input() -> None:
         {"version": 1, "profiles": [{"name": "default", "require": {"vision": True}}]}
     )
     assert policy.profiles[0].require.needed_modalities() == {"image"}
+
+
+def test_the_adaptive_knobs_have_their_defaults_and_bounds_in_the_printed_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["schema"]) == 0
+    knobs = json.loads(capsys.readouterr().out)["$defs"]["Adaptive"]["properties"]
+    assert {name: knobs[name]["default"] for name in knobs} == {
+        "min_samples": 5,
+        "explore_epsilon": 0.25,
+        "tolerance": 0.25,
+        "contended_share": 0.2,
+    }
+    assert knobs["explore_epsilon"]["maximum"] == 0.5 and all(knobs[n]["description"] for n in knobs)
+    policy = Policy.model_validate({**MINIMAL, "adaptive": {"min_samples": 8}})
+    assert policy.adaptive.min_samples == 8 and policy.adaptive.explore_epsilon == 0.25
+    with pytest.raises(ValidationError, match="less than or equal to 0.5"):
+        Policy.model_validate({**MINIMAL, "adaptive": {"explore_epsilon": 0.6}})

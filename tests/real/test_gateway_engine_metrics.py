@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from collections.abc import Mapping
 
 import pytest
 from engine_fleet import EnginePair
@@ -18,13 +19,13 @@ from gateway.backends.scraper import MetricsScraper, ScrapeResult, ScrapeTarget
 pytestmark = pytest.mark.real
 
 
-def _fetch_blocking(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return str(response.read().decode())
+def _fetch_blocking(url: str, timeout_s: float) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return int(response.status), bytes(response.read())
 
 
-async def _fetch(url: str) -> str:
-    return await asyncio.to_thread(_fetch_blocking, url)
+async def _fetch(url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+    return await asyncio.to_thread(_fetch_blocking, url, timeout_s)
 
 
 def _scrape(engine_pair: EnginePair) -> dict[str, ScrapeResult]:

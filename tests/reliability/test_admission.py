@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.backends.inflight import InFlight
 from gateway.proxy.admission import Admission, AdmissionConfig, Refused, Slot
 
 BOUND = 5.0  # no test waits longer than this on anything
@@ -200,3 +201,21 @@ async def test_a_backend_shared_by_two_pools_serves_the_oldest_waiter_of_either(
     slot_of(older.result()).release()
     slot_of(await asyncio.wait_for(newer, BOUND)).release()
     assert admission.inflight("shared") == 0
+
+
+async def test_slots_are_counts_of_the_shared_in_flight_count_and_a_handover_never_changes_it() -> None:
+    counts = InFlight()
+    changes: list[int] = []  # the count just before each change
+    counts.watchers.append(lambda: changes.append(counts["a"]))
+    admission = Admission(AdmissionConfig(max_queue=8, queue_timeout_seconds=2.0), counts)
+    admission.configure({"a": 1})
+    admission.set_ready("a", True)
+    holder = slot_of(admission.try_acquire(["a"]))
+    assert counts["a"] == 1 and changes == [0]
+    waiter = asyncio.create_task(admission.acquire("pool", ["a"]))
+    await settle()
+    holder.release()
+    handed = slot_of(await asyncio.wait_for(waiter, BOUND))
+    assert counts["a"] == 1 and changes == [0], "the slot went straight to the waiter"
+    handed.release()
+    assert counts["a"] == 0 and changes == [0, 1]

@@ -13,8 +13,9 @@ import pytest
 from pydantic import ValidationError
 from reliability_asgi import call, echo_app
 
-from gateway.api.auth import AUTH_ROLE, ApiKeyAuth, AuthConfig, hash_key
+from gateway.api.auth import AUTH_ROLE, ApiKeyAuth, hash_key
 from gateway.commands import hash_key as hash_key_command
+from gateway.settings import AuthConfig
 
 CLIENT, OTHER_CLIENT, ADMIN = "sk-client-1", "sk-client-2", "sk-admin"
 

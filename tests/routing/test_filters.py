@@ -134,3 +134,30 @@ def test_profile_avoid_matches_names_and_tags(avoid: str) -> None:
 def test_an_empty_pool_is_refused() -> None:
     d = decide(TEXT, [])
     assert d.refusal is not None and d.refusal.code == "no_backend" and d.ranked == ()
+
+
+def test_backends_out_for_now_only_are_the_fallback_ranked_in_the_same_pass() -> None:
+    backends = [
+        BackendSnapshot("busy", inflight=4, max_concurrency=4),  # full: has room once back
+        BackendSnapshot("ready", inflight=1),
+        BackendSnapshot("warming", ready=False, starting=True),
+        BackendSnapshot("down", ready=False),  # not warming up: nothing to wait for
+        BackendSnapshot("tripped", breaker_open=True, inflight=2),
+        BackendSnapshot("small", context_length=1024, starting=True, ready=False),  # never fits
+    ]
+    d = decide(TEXT, backends)
+    assert d.ranked == ("ready",) and d.refusal is None
+    # Once back each is idle, so the load scorer ties them: pool order.
+    assert d.fallback == ("busy", "warming", "tripped")
+
+
+def test_nothing_serving_now_is_a_503_with_the_fallback_to_wait_for() -> None:
+    warming = BackendSnapshot("w1", ready=False, starting=True)
+    d = decide(TEXT, [warming, BackendSnapshot("w2", breaker_open=True)])
+    assert d.ranked == () and d.refusal is not None and d.refusal.status == 503
+    assert d.fallback == ("w1", "w2")
+
+
+def test_a_request_no_backend_can_take_has_no_fallback() -> None:
+    d = decide(IMAGE, [BackendSnapshot("warming", ready=False, starting=True)])
+    assert d.refusal is not None and d.refusal.status == 400 and d.fallback == ()

@@ -1,28 +1,16 @@
-"""Prediction of TTFT / TPOT at the load a request would join, engine hints, and exploration."""
+"""Prediction of TTFT / TPOT at the load a request would join, engine hints, and the cell-model cache."""
 
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import pytest
 
 from gateway.backends.engine_metrics import EngineMetrics
-from gateway.backends.scraper import ScrapeResult
-from gateway.records import Sample
-from gateway.routing.predict import (
-    MAX_EPSILON,
-    EngineHint,
-    ModelCache,
-    fit_current,
-    fit_linear,
-    fit_load,
-    hint_from_scrape,
-    pick_exploration,
-    predict,
-    predict_with_model,
-    rank,
-)
+from gateway.backends.scraper import ScrapeResult, hint_from_scrape
+from gateway.records import EngineHint, Sample
+from gateway.routing.cells import ModelCache
+from gateway.routing.predict import predict, predict_with_model, rank
 from gateway.stats.live import LiveRecorder
 
 
@@ -89,24 +77,6 @@ def test_failed_requests_are_not_counted_as_measurements() -> None:
     assert predict("b", failed, inflight=0, objective="ttft").value is None
 
 
-def test_one_concurrency_level_falls_back_to_the_mean() -> None:
-    fit = fit_linear([(2.0, 1.0), (2.0, 3.0)])
-    assert fit is not None and fit.slope == 0.0
-    assert fit.at(10.0) == pytest.approx(2.0)
-
-
-def test_noise_never_makes_more_load_look_faster() -> None:
-    fit = fit_linear([(1.0, 2.0), (4.0, 1.0)])
-    assert fit is not None and fit.slope == 0.0
-    assert fit.at(16.0) == pytest.approx(1.5)
-
-
-def test_no_extrapolation_below_the_lowest_measured_load() -> None:
-    fit = fit_linear([(4.0, 1.0), (8.0, 2.0)])
-    assert fit is not None
-    assert fit.at(1.0) == pytest.approx(1.0)
-
-
 def test_fresh_engine_queue_adds_a_ttft_penalty() -> None:
     base = predict("mtp", MTP, inflight=0, objective="ttft")
     hint = EngineHint(waiting=4, running=8, kv_usage=0.5, age_s=0.5, stale_after_s=3.0)
@@ -144,37 +114,6 @@ def test_hint_from_scrape_carries_age_on_the_scraper_clock() -> None:
     assert hint_from_scrape(None, now=1.0, stale_after_s=3.0) is None
 
 
-def explorations(counts: dict[str, int], requests: int, **kwargs: Any) -> list[str | None]:
-    """Where each of `requests` requests of one profile is explored (None: not explored)."""
-    credit, chosen = 0.0, []
-    for _ in range(requests):
-        explored, credit = pick_exploration(counts, credit, **kwargs)
-        chosen.append(None if explored is None else explored.backend)
-    return chosen
-
-
-def test_exploration_is_paced_evenly_toward_the_least_measured_cell() -> None:
-    chosen = explorations({"a": 40, "b": 2, "c": 0}, 20, epsilon=0.25)
-    assert chosen == [None, None, None, "c"] * 5  # every fourth request, never a run of bad luck
-
-
-def test_exploration_rate_is_bounded_by_epsilon_and_capped() -> None:
-    counts = {"a": 100, "b": 0}
-    assert sum(e is not None for e in explorations(counts, 20_000, epsilon=0.05)) == 1000
-    assert sum(e is not None for e in explorations(counts, 20_000, epsilon=1.0)) == 20_000 * MAX_EPSILON
-
-
-def test_a_costly_moment_accrues_credit_at_its_share() -> None:
-    costly = explorations({"a": 100, "b": 0}, 4000, epsilon=0.5, share=lambda backend: 0.2 / 16)
-    assert sum(e is not None for e in costly) == 25  # 4000 x 0.5 x 0.0125
-
-
-def test_no_exploration_once_every_cell_is_measured_and_no_credit_is_kept() -> None:
-    explored, credit = pick_exploration({"a": 5, "b": 9}, 0.9, epsilon=0.5)
-    assert explored is None and credit == 0.0
-    assert set(explorations({"a": 5, "b": 9}, 1000, epsilon=0.5)) == {None}
-
-
 def test_model_cache_refits_only_when_the_cell_changes() -> None:
     rec = LiveRecorder(max_age_s=600.0)
     for i, s in enumerate(MTP):
@@ -196,24 +135,3 @@ def test_cached_model_predicts_like_the_plain_function() -> None:
     model = ModelCache().get(rec, "plain", "long", now=1100.0)
     direct = predict("plain", PLAIN, inflight=3, objective="e2e")
     assert predict_with_model("plain", model, inflight=3, objective="e2e") == direct
-
-
-def test_a_fit_restarts_when_the_newest_points_all_differ_from_the_rest() -> None:
-    steady = [(1.0, 0.0, 0.020 + 0.001 * (i % 3)) for i in range(200)]
-    slowed = [(1.0, 0.0, 0.160)] * 5  # the engine now takes 8x longer per token
-    fit = fit_current(steady + slowed)
-    assert fit is not None and fit.at(1) == pytest.approx(0.160)
-    everything = fit_load(steady + slowed)
-    assert everything is not None and everything.at(1) < 0.03  # what the whole window would say
-    recovered = fit_current(steady + slowed + [(1.0, 0.0, 0.021)] * 5)
-    assert recovered is not None and recovered.at(1) < 0.03  # and back again
-
-
-def test_a_fit_keeps_its_history_for_fewer_outliers_noise_or_a_load_never_measured() -> None:
-    steady = [(1.0, 0.0, 0.020)] * 100
-    four = fit_current(steady + [(1.0, 0.0, 0.160)] * 4)
-    assert four is not None and four.at(1) < 0.03
-    noisy = fit_current(steady + [(1.0, 0.0, 0.160), (1.0, 0.0, 0.005)] * 5)
-    assert noisy is not None and noisy.at(1) < 0.03
-    burst = fit_current(steady + [(16.0, 0.0, 0.300)] * 8)  # c = 16 was never seen: load, not a change
-    assert burst is not None and burst.low_c == 1.0 and burst.at(1) < 0.06

@@ -1,0 +1,169 @@
+"""Dispatch accounting: what one request's trip upstream does to the books.
+
+- In-flight: one count per backend, the registry's (backends/inflight.py). A request is counted from
+  the moment it is given a backend (its admission slot, or a hold on the count without admission) until
+  its answer ends, streams and failover attempts included (pitfall 4); nothing here keeps a count of
+  its own. The load a request met at dispatch is read from it.
+- Device time: how long a request shared its device with another backend's requests, integrated over
+  the same count (`DeviceTime`).
+- Health notes: a backend that answers is alive; one that refuses the connection is down (passive
+  health, written to the registry).
+- The record: `on_dispatch` listeners hear once per request where it first went upstream, and the
+  finished `RequestRecord` goes to the observers (Prometheus, live stats, a router's `observe`), so new
+  recorders attach without touching dispatch. A broken listener or observer is logged, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import orjson
+
+from gateway.backends.inflight import InFlight
+from gateway.backends.registry import Registry
+from gateway.proxy.exchange import Exchange, Job
+from gateway.proxy.stream import SseMeter
+from gateway.records import RequestRecord
+
+log = logging.getLogger("gateway.dispatch")
+
+Clock = Callable[[], float]
+Observer = Callable[[RequestRecord], None]
+# Called once per request, with the backend, when its first attempt is about to be sent upstream.
+DispatchListener = Callable[[Job, str], None]
+
+
+class DeviceTime:
+    """Per backend, the seconds during which another backend of its device had requests in flight.
+
+    It reads the in-flight count and is told (as a watcher) just before any count changes; reading a
+    backend's total when a request starts and when it ends gives how long that request shared the device
+    (Sample.device_share). A backend without a device never shares; a backend accrues from the first
+    time it had a request (only its own requests' spans are ever read). O(backends) per change, no task,
+    no lock (the event loop is the only caller).
+    """
+
+    def __init__(
+        self, counts: InFlight, devices: Mapping[str, str | None], clock: Clock = time.perf_counter
+    ) -> None:
+        self._counts = counts
+        self._device = {backend: device for backend, device in devices.items() if device is not None}
+        self._clock = clock
+        self._since = clock()
+        self._seen: set[str] = set()  # backends of a device that have had a request
+        self._shared: dict[str, float] = {}
+        counts.watchers.append(self._advance)
+
+    def shared_seconds(self, backend: str) -> float:
+        self._advance()
+        return self._shared.get(backend, 0.0)
+
+    def _advance(self) -> None:
+        now = self._clock()
+        elapsed, self._since = now - self._since, now
+        busy: dict[str, int] = {}  # device -> backends with requests in flight
+        for backend in self._counts.busy():
+            device = self._device.get(backend)
+            if device is not None:
+                busy[device] = busy.get(device, 0) + 1
+                self._seen.add(backend)
+        if elapsed <= 0:
+            return
+        for backend in self._seen:
+            own = 1 if self._counts[backend] > 0 else 0
+            if busy.get(self._device[backend], 0) - own > 0:
+                self._shared[backend] = self._shared.get(backend, 0.0) + elapsed
+
+
+class Accounting:
+    """The books of every dispatched request, over one registry."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        observers: Sequence[Observer] = (),
+        on_dispatch: Sequence[DispatchListener] = (),
+    ) -> None:
+        self.registry = registry
+        self.observers = list(observers)
+        self.on_dispatch = list(on_dispatch)
+        devices = {name: state.config.device for name, state in registry.backends.items()}
+        self.device_time = DeviceTime(registry.inflight, devices)
+
+    def dispatching(self, exchange: Exchange, backend: str) -> float:
+        """The request is about to be sent to `backend`, where it is already counted: note the load it
+        meets and, on its first attempt, the gateway's own time so far (queueing excluded); tell the
+        dispatch listeners the first time it goes upstream. Returns the device-time mark to hand back to
+        `answered`."""
+        record, job = exchange.record, exchange.job
+        shared_at_dispatch = self.device_time.shared_seconds(backend)
+        record.inflight_at_dispatch = self.registry.backends[backend].inflight
+        record.device_inflight_at_dispatch = device_load(self.registry, backend)
+        if record.attempts == 1:
+            record.overhead = time.perf_counter() - job.started - record.queue_wait
+        if not exchange.dispatched:
+            exchange.dispatched = True
+            for listener in self.on_dispatch:
+                try:
+                    listener(job, backend)
+                except Exception:  # a broken listener must not break the request path
+                    log.exception("dispatch listener %r failed", listener)
+        return shared_at_dispatch
+
+    def answered(self, exchange: Exchange, backend: str, shared_at_dispatch: float) -> None:
+        """The attempt on `backend` is over (answered, failed or cancelled)."""
+        exchange.record.device_shared_s = self.device_time.shared_seconds(backend) - shared_at_dispatch
+
+    def note_success(self, backend: str) -> None:
+        self.registry.note_success(backend)  # passive health: it answers, so it is alive
+
+    def note_down(self, backend: str, why: str) -> None:
+        self.registry.note_down(backend, why)  # the connection was refused: nothing listens, it is down
+
+    def finish(self, record: RequestRecord) -> None:
+        for observer in self.observers:
+            try:
+                observer(record)
+            except Exception:  # a broken recorder must not break the request path
+                log.exception("request observer %r failed", observer)
+
+
+def device_load(registry: Registry, backend: str) -> int:
+    """Requests in flight on `backend`'s device (on the backend alone when it has no device)."""
+    state = registry.backends[backend]
+    device = state.config.device
+    if device is None:
+        return state.inflight
+    return sum(s.inflight for s in registry.backends.values() if s.config.device == device)
+
+
+def take_usage(record: RequestRecord, payload: bytes) -> None:
+    """The token counts of a whole answer's `usage`, when it has one."""
+    try:
+        usage = orjson.loads(payload).get("usage")
+    except (orjson.JSONDecodeError, AttributeError):
+        return
+    if isinstance(usage, dict):
+        record.output_tokens = usage.get("completion_tokens")
+        record.prompt_tokens = usage.get("prompt_tokens")
+
+
+def take_stream_measures(record: RequestRecord, meter: SseMeter, started: float) -> None:
+    """What a relayed stream measured: tokens, TTFT, inter-token gaps and TPOT, an upstream error."""
+    end = time.perf_counter()
+    if meter.error is not None and record.error is None:
+        record.error = str(meter.error.get("message", "upstream error frame"))
+    if meter.usage is not None:
+        record.output_tokens = meter.usage.get("completion_tokens")
+        record.prompt_tokens = meter.usage.get("prompt_tokens")
+    elif meter.content_frames:
+        record.output_tokens = meter.content_frames  # a lower bound when the engine sends no usage
+    if meter.first_token_at is not None:
+        record.ttft = meter.first_token_at - started
+        record.itl = meter.itl
+        tokens = record.output_tokens or 0
+        if tokens > 1:
+            # TPOT is the decode time per token after the first; never TTFT divided by tokens.
+            record.tpot = (end - meter.first_token_at) / (tokens - 1)

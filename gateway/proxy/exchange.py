@@ -1,0 +1,99 @@
+"""One request on its way through dispatch: the `Job` ingress hands over, the `Exchange` with its client
+(the job, the record being filled, the client's `send`, whether the answer is committed), and
+`AttemptFailed`, the failure of one attempt before the first byte, after which another may be tried."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.proxy.asgi import Receive, Send
+from gateway.proxy.breaker import Outcome
+from gateway.records import ExplorationPlan, RequestRecord
+from gateway.settings import PoolConfig
+
+
+@dataclass(slots=True)
+class Job:
+    """One request as ingress hands it over: parsed once, raw bytes kept for forwarding."""
+
+    request_id: str
+    endpoint: str  # "chat" | "completions"
+    path: str  # upstream path, e.g. /v1/chat/completions
+    pool: PoolConfig
+    body: dict[str, Any]
+    raw: bytes
+    started: float  # perf_counter at arrival
+    profile: str
+    ranked: Sequence[str]
+    stream: bool = False
+    add_usage: bool = False  # the gateway asks for usage the client did not ask for (and strips it)
+    exploration: ExplorationPlan | None = None  # the router's plan, applied by `on_dispatch` listeners
+    _bodies: dict[str, bytes] = field(default_factory=dict)
+
+    def body_for(self, backend: str) -> bytes:
+        """The bytes to send: the client's own, unless the model name or stream_options must change."""
+        served = self.pool.served_name(backend)
+        if served == self.body.get("model") and not self.add_usage:
+            return self.raw
+        if served not in self._bodies:
+            body = dict(self.body, model=served)
+            if self.add_usage:
+                options = self.body.get("stream_options")
+                body["stream_options"] = {
+                    **(options if isinstance(options, dict) else {}),
+                    "include_usage": True,
+                }
+            self._bodies[served] = orjson.dumps(body)
+        return self._bodies[served]
+
+
+class Exchange:
+    """One request's exchange with its client, from arrival to the last byte of its answer.
+
+    `commit()` is called just before the answer's last message is sent: a disconnect reported after it
+    is the server noticing the end of the response, not the client going away. `dispatched` turns true
+    once the request went upstream for the first time."""
+
+    __slots__ = ("job", "record", "send", "committed", "dispatched", "gone")
+
+    def __init__(self, job: Job, send: Send) -> None:
+        self.job = job
+        self.send = send
+        self.record = RequestRecord(
+            job.request_id, job.pool.model, job.endpoint, job.profile, job.stream, body=job.body
+        )
+        self.committed = False
+        self.dispatched = False
+        self.gone = False  # the client disconnected before the answer was committed
+
+    def commit(self) -> None:
+        self.committed = True
+
+    async def watch_client(self, receive: Receive, task: asyncio.Task[Any]) -> None:
+        """Wait for the client to disconnect; before the answer is committed, cancel `task` (the
+        request's), which closes the upstream response at once, streaming or not."""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                # The server also reports disconnect once the response is complete; only earlier is a cancel.
+                if not self.committed:
+                    self.gone = True
+                    task.cancel()
+                return
+
+
+class AttemptFailed(Exception):
+    """An attempt failed before the first byte; the next candidate may be tried."""
+
+    def __init__(self, why: str, status: int, answer: tuple[bytes, str] | None = None) -> None:
+        super().__init__(why)
+        self.status = status
+        self.answer = answer  # a 5xx body and content type, passed through if it is the last one
+        self.outcome: Outcome = "failure"  # for the breaker: a busy 503 or a 429 is back-pressure
+        # No proof of death (a reset before the answer, an open breaker): it may serve again soon.
+        self.may_recover = False

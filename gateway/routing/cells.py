@@ -1,0 +1,113 @@
+"""Cell models: what one (backend, profile) window of live samples says, reduced to what a prediction needs,
+and their cache. The windows themselves live with the caller (stats.live.LiveRecorder): the router reads
+them through `Windows`, and never records anything."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.records import Sample
+from gateway.routing.fitting import Fit
+from gateway.routing.regime import fit_current
+
+# Successful samples a cell needs before the router trusts its prediction. Five points leave a fit of
+# three coefficients (a, b, g) degrees of freedom to spare and let the regime check (CHANGE_RUN) compare a
+# run against a fit; every profile's exploration costs at most this many requests per backend per window.
+# The policy's `adaptive.min_samples` is what a running gateway uses; this is its default.
+MIN_SAMPLES = 5
+# The newest requests whose load says how busy an engine tends to be now: about one full batch of a busy
+# engine (seed 003 runs 16 at once), enough to average a burst out and recent enough to follow it.
+RECENT_REQUESTS = 16
+
+
+class Windows(Protocol):
+    """The live windows the router reads (stats.live.LiveRecorder satisfies it). `now` is the windows' own
+    clock; a version changes whenever the samples it covers change, so derived data can be cached."""
+
+    @property
+    def max_age_s(self) -> float: ...
+
+    @property
+    def max_cells(self) -> int: ...
+
+    def now(self) -> float: ...
+
+    def version(self, backend: str, profile: str, now: float | None = None) -> int: ...
+
+    def samples(self, backend: str, profile: str, now: float | None = None) -> Sequence[Sample]: ...
+
+    def backend_version(self, backend: str, now: float | None = None) -> Hashable: ...
+
+    def backend_samples(self, backend: str, now: float | None = None) -> Sequence[Sample]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CellModel:
+    """What one cell's samples say, reduced to what a prediction needs; cheap to evaluate at any c."""
+
+    samples: int  # successful samples with a TTFT
+    ttft: Fit | None
+    tpot: Fit | None
+    mean_e2e: float
+    mean_output_tokens: float
+    levels: str  # measured concurrency span, e.g. "1..16"
+    recent_concurrency: float = 0.0  # mean load its newest requests met: how busy it tends to be now
+
+
+def build_model(samples: Sequence[Sample]) -> CellModel:
+    ok = [s for s in samples if not s.error and s.ttft is not None]
+    if not ok:
+        return CellModel(0, None, None, 0.0, 0.0, "-")
+    ttft_points = [(float(s.concurrency), s.device_share, s.ttft) for s in ok if s.ttft is not None]
+    tpot_points = [(float(s.concurrency), s.device_share, t) for s in ok if (t := s.tpot) is not None]
+    levels = sorted({s.concurrency for s in ok})
+    span = str(levels[0]) if len(levels) == 1 else f"{levels[0]}..{levels[-1]}"
+    recent = ok[-RECENT_REQUESTS:]
+    return CellModel(
+        samples=len(ok),
+        ttft=fit_current(ttft_points),
+        tpot=fit_current(tpot_points),
+        mean_e2e=sum(s.e2e for s in ok) / len(ok),
+        mean_output_tokens=sum(s.output_tokens for s in ok) / len(ok),
+        levels=span,
+        recent_concurrency=sum(s.concurrency for s in recent) / len(recent),
+    )
+
+
+class ModelCache:
+    """CellModels per (backend, profile), rebuilt only when the windows say the cell changed.
+
+    Fitting 256 samples costs a few hundred microseconds in Python; a decision touches every eligible
+    backend, so the fit is cached and invalidated by the cell's version. Bounded like the recorder.
+    """
+
+    def __init__(self, max_entries: int = 512) -> None:
+        self._max = max_entries
+        self._models: dict[tuple[str, str], tuple[int, CellModel]] = {}
+        self._backends: dict[str, tuple[Hashable, CellModel]] = {}
+
+    def get(self, windows: Windows, backend: str, profile: str, now: float | None = None) -> CellModel:
+        key = (backend, profile)
+        version = windows.version(backend, profile, now)
+        cached = self._models.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        model = build_model(windows.samples(backend, profile, now))
+        if key not in self._models and len(self._models) >= self._max:
+            del self._models[next(iter(self._models))]  # oldest insertion first: cheap and bounded
+        self._models[key] = (version, model)
+        return model
+
+    def backend(self, windows: Windows, backend: str, now: float | None = None) -> CellModel:
+        """The model over all of `backend`'s samples (every profile): how load and its device slow it."""
+        version = windows.backend_version(backend, now)
+        cached = self._backends.get(backend)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        model = build_model(windows.backend_samples(backend, now))
+        if backend not in self._backends and len(self._backends) >= self._max:
+            del self._backends[next(iter(self._backends))]
+        self._backends[backend] = (version, model)
+        return model

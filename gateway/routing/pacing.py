@@ -1,0 +1,128 @@
+"""Exploration pacing: which under-measured backend a request of a profile explores, and when; and the
+state that decides it (credit per profile, explorations sent per cell), which changes only when a request
+is booked as sent (docs/measurement.md, section 6).
+
+Paced, not drawn: each request of a profile adds epsilon (times a share below 1 at a costly moment) to the
+profile's credit while some backend other than the predicted winner has fewer than min_samples samples,
+and the request that brings it to 1 explores and spends 1. At epsilon 0.25 every fourth request explores,
+so a cell is measured within min_samples / epsilon requests, never after a run of bad luck, and decisions
+replay exactly. Scoring only reads this state and returns an ExplorationPlan; `ExplorationLedger.book`
+applies the plan once the dispatcher has sent the request, and only then.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gateway.records import ExplorationPlan
+from gateway.routing.cells import MIN_SAMPLES
+
+# Exploration never takes more than half of a profile's traffic, whatever the policy says: the other half
+# goes to the predicted best, so the cost of measuring stays bounded.
+MAX_EPSILON = 0.5
+# A sum of float rates may fall just short of the 1 it adds up to (4 x 0.25 is exact, 10 x 0.1 is not).
+ROUNDING = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Exploration:
+    backend: str
+    why: str
+
+
+def plan_exploration(
+    sample_counts: Mapping[str, int],
+    credit: float,
+    *,
+    min_samples: int = MIN_SAMPLES,
+    epsilon: float,
+    share: Callable[[str], float] = lambda backend: 1.0,
+) -> tuple[Exploration | None, float | None]:
+    """The exploration this request makes, if any, and the credit it adds (None: nothing is left to
+    measure, so the profile's credit is dropped rather than carried into the next gap).
+
+    `sample_counts` maps each backend that could be explored (the predicted winner is measured by its own
+    traffic and left out) to its sample count for this request's profile. While some have fewer than
+    `min_samples`, the least measured of them (ties by name) is the candidate and the request adds epsilon
+    (capped at MAX_EPSILON) times `share(candidate)` to `credit`; it explores when that reaches 1. `share`
+    below 1 makes a costly moment accrue less (see adaptive.AdaptiveScorer). Windows age out, so a backend
+    that stops getting traffic drops below `min_samples` and is measured again.
+    """
+    under = sorted((n, backend) for backend, n in sample_counts.items() if n < min_samples)
+    if not under:
+        return None, None
+    n, backend = under[0]
+    rate = min(max(epsilon, 0.0), MAX_EPSILON) * share(backend)
+    if credit + rate < 1.0 - ROUNDING:
+        return None, rate
+    why = f"{backend}: {n} samples (< {min_samples}), explored at rate {rate:.3g} per request"
+    return Exploration(backend, why), rate
+
+
+def pick_exploration(
+    sample_counts: Mapping[str, int],
+    credit: float,
+    *,
+    min_samples: int = MIN_SAMPLES,
+    epsilon: float,
+    share: Callable[[str], float] = lambda backend: 1.0,
+) -> tuple[Exploration | None, float]:
+    """plan_exploration with the plan applied at once: the exploration (or None) and the profile's credit
+    after this request, as if every request went where it was routed."""
+    explored, rate = plan_exploration(
+        sample_counts, credit, min_samples=min_samples, epsilon=epsilon, share=share
+    )
+    if rate is None:
+        return None, 0.0  # nothing to measure: no debt carried into the next gap
+    credit += rate
+    return explored, credit - 1.0 if explored is not None else credit
+
+
+class ExplorationLedger:
+    """The exploration state of one router: credit per profile and, per (backend, profile) cell, when
+    explorations were sent within the window (requests still in flight count, so a burst of arrivals cannot
+    explore a cell more than min_samples times before its first answer is recorded).
+
+    Scoring reads it (`credit`, `explorations`); only `book` changes it, once a request was sent. Bounded:
+    at most `max_cells` cells, and a cell stops being explored, so stops growing, once it counts
+    min_samples explorations within the window.
+    """
+
+    def __init__(self, max_cells: int) -> None:
+        self.max_cells = max_cells
+        self._credit: dict[str, float] = {}  # profile -> exploration credit
+        self._sent: dict[tuple[str, str], deque[float]] = {}  # (backend, profile) -> when explorations went
+
+    def credit(self, profile: str) -> float:
+        return self._credit.get(profile, 0.0)
+
+    def explorations(self, backend: str, profile: str, since: float) -> int:
+        """Explorations of the cell sent at or after `since` (the start of the window)."""
+        sent = self._sent.get((backend, profile))
+        return 0 if not sent else sum(1 for at in sent if at >= since)
+
+    def book(self, plan: ExplorationPlan, backend: str, now: float, since: float) -> None:
+        """Apply `plan` for a request just sent to `backend` at `now`: its credit accrues; it spends one
+        credit and counts as an exploration only if it really went to the backend it was to explore.
+        Explorations sent before `since` (out of the window) are forgotten on the way."""
+        if plan.drop:
+            self._credit.pop(plan.profile, None)
+            return
+        credit = self._credit.get(plan.profile, 0.0) + plan.accrued
+        if plan.backend is not None and plan.backend == backend:
+            credit -= 1.0
+            self._remember(backend, plan.profile, now, since)
+        self._credit[plan.profile] = credit
+
+    def _remember(self, backend: str, profile: str, now: float, since: float) -> None:
+        key = (backend, profile)
+        sent = self._sent.get(key)
+        if sent is None:
+            if len(self._sent) >= self.max_cells:
+                del self._sent[next(iter(self._sent))]
+            sent = self._sent[key] = deque()
+        while sent and sent[0] < since:
+            sent.popleft()
+        sent.append(now)

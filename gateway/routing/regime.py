@@ -1,0 +1,54 @@
+"""Regime change: fit only the points of the engine's current behaviour, so a backend that slows down (a
+throttled GPU, a restart with another config, a new tenant) is noticed after a handful of requests however
+long its window (docs/measurement.md, section 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.routing.fitting import Fit, LoadPoint, fit_load
+
+# The newest points that must all differ from the fit of the older ones: fewer could be a burst of noise,
+# and each one more is a request served at the old, wrong prediction.
+CHANGE_RUN = 5
+# How far (a factor, either way) a point must sit from the older fit to differ: twice or half is beyond
+# the spread of one engine's steady latencies at a given load.
+CHANGE_FACTOR = 2.0
+# A point's device share counts as covered by the older points within this margin of the shares they met:
+# shares are fractions of a request's life, so a quarter is the coarsest difference worth telling apart.
+SHARE_MARGIN = 0.25
+
+
+def fit_current(
+    points: Sequence[LoadPoint], run: int = CHANGE_RUN, factor: float = CHANGE_FACTOR
+) -> Fit | None:
+    """fit_load over the points of the engine's current regime, oldest point first.
+
+    A window of 256 samples remembers a backend that has since slowed down: a fit over all of it would need
+    about as many new samples as old ones to notice. So when the newest `run` points all sit more than
+    `factor` above the fit of the points before them (or all below it by as much), at a concurrency and
+    device share those points already covered, the engine changed: the fit restarts from the trailing
+    points that differ the same way. A burst at a load never measured before is not a change (the fit may
+    simply not extrapolate that far), nor is noise on both sides.
+    """
+    older = points[:-run]
+    before = fit_load(older) if len(older) >= run else None
+    if before is None:
+        return fit_load(points)
+    c_low, c_high = min(c for c, _, _ in older), max(c for c, _, _ in older)
+    z_low, z_high = min(z for _, z, _ in older), max(z for _, z, _ in older)
+
+    def side(point: LoadPoint) -> int:
+        c, z, y = point
+        if not (c_low <= c <= c_high and z_low - SHARE_MARGIN <= z <= z_high + SHARE_MARGIN):
+            return 0
+        expected = max(before.intercept + before.slope * c + before.contention * z, before.floor)
+        return 1 if y > factor * expected else -1 if y * factor < expected else 0
+
+    first = side(points[-1])
+    length = 1
+    while first != 0 and length < len(points) and side(points[-1 - length]) == first:
+        length += 1
+    if first == 0 or length < run:
+        return fit_load(points)
+    return fit_load(points[-length:])

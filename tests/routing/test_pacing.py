@@ -1,0 +1,73 @@
+"""Exploration pacing: evenly spaced, bounded by epsilon, dropped once every cell is measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.records import ExplorationPlan
+from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, pick_exploration, plan_exploration
+
+
+def explorations(counts: dict[str, int], requests: int, **kwargs: Any) -> list[str | None]:
+    """Where each of `requests` requests of one profile is explored (None: not explored)."""
+    credit, chosen = 0.0, []
+    for _ in range(requests):
+        explored, credit = pick_exploration(counts, credit, **kwargs)
+        chosen.append(None if explored is None else explored.backend)
+    return chosen
+
+
+def test_exploration_is_paced_evenly_toward_the_least_measured_cell() -> None:
+    chosen = explorations({"a": 40, "b": 2, "c": 0}, 20, epsilon=0.25)
+    assert chosen == [None, None, None, "c"] * 5  # every fourth request, never a run of bad luck
+
+
+def test_exploration_rate_is_bounded_by_epsilon_and_capped() -> None:
+    counts = {"a": 100, "b": 0}
+    assert sum(e is not None for e in explorations(counts, 20_000, epsilon=0.05)) == 1000
+    assert sum(e is not None for e in explorations(counts, 20_000, epsilon=1.0)) == 20_000 * MAX_EPSILON
+
+
+def test_a_costly_moment_accrues_credit_at_its_share() -> None:
+    costly = explorations({"a": 100, "b": 0}, 4000, epsilon=0.5, share=lambda backend: 0.2 / 16)
+    assert sum(e is not None for e in costly) == 25  # 4000 x 0.5 x 0.0125
+
+
+def test_no_exploration_once_every_cell_is_measured_and_no_credit_is_kept() -> None:
+    explored, credit = pick_exploration({"a": 5, "b": 9}, 0.9, epsilon=0.5)
+    assert explored is None and credit == 0.0
+    assert set(explorations({"a": 5, "b": 9}, 1000, epsilon=0.5)) == {None}
+
+
+def test_booking_every_plan_where_it_was_routed_replays_the_paced_sequence() -> None:
+    counts = {"a": 100, "b": 0}
+    ledger = ExplorationLedger(max_cells=8)
+    booked: list[str | None] = []
+    for _ in range(40):
+        explored, rate = plan_exploration(counts, ledger.credit("p"), epsilon=0.3)
+        assert rate is not None
+        backend = explored.backend if explored is not None else "a"
+        plan = ExplorationPlan("p", rate, None if explored is None else explored.backend)
+        ledger.book(plan, backend, now=0.0, since=0.0)
+        booked.append(None if explored is None else backend)
+    assert booked == explorations(counts, 40, epsilon=0.3)
+    assert ledger.explorations("b", "p", since=0.0) == booked.count("b") == 12  # 40 x 0.3
+
+
+def test_an_exploration_sent_elsewhere_accrues_credit_but_spends_none() -> None:
+    ledger = ExplorationLedger(max_cells=8)
+    ledger.book(ExplorationPlan("p", accrued=0.5), "a", now=10.0, since=0.0)
+    ledger.book(ExplorationPlan("p", accrued=0.5, backend="b"), "a", now=11.0, since=0.0)  # went to a
+    assert ledger.credit("p") == 1.0 and ledger.explorations("b", "p", since=0.0) == 0
+    ledger.book(ExplorationPlan("p", accrued=0.5, backend="b"), "b", now=12.0, since=0.0)
+    assert ledger.credit("p") == 0.5 and ledger.explorations("b", "p", since=0.0) == 1
+    assert ledger.explorations("b", "p", since=12.5) == 0  # out of the window: no longer counted
+    ledger.book(ExplorationPlan("p", drop=True), "a", now=13.0, since=0.0)  # nothing left to measure
+    assert ledger.credit("p") == 0.0
+
+
+def test_the_ledger_keeps_at_most_max_cells_cells() -> None:
+    ledger = ExplorationLedger(max_cells=2)
+    for backend in ("a", "b", "c"):
+        ledger.book(ExplorationPlan("p", accrued=1.0, backend=backend), backend, now=1.0, since=0.0)
+    assert [ledger.explorations(b, "p", since=0.0) for b in ("a", "b", "c")] == [0, 1, 1]

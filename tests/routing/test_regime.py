@@ -1,0 +1,29 @@
+"""Regime change: a fit restarts from the newest points when they all differ from the older ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.routing.fitting import fit_load
+from gateway.routing.regime import fit_current
+
+
+def test_a_fit_restarts_when_the_newest_points_all_differ_from_the_rest() -> None:
+    steady = [(1.0, 0.0, 0.020 + 0.001 * (i % 3)) for i in range(200)]
+    slowed = [(1.0, 0.0, 0.160)] * 5  # the engine now takes 8x longer per token
+    fit = fit_current(steady + slowed)
+    assert fit is not None and fit.at(1) == pytest.approx(0.160)
+    everything = fit_load(steady + slowed)
+    assert everything is not None and everything.at(1) < 0.03  # what the whole window would say
+    recovered = fit_current(steady + slowed + [(1.0, 0.0, 0.021)] * 5)
+    assert recovered is not None and recovered.at(1) < 0.03  # and back again
+
+
+def test_a_fit_keeps_its_history_for_fewer_outliers_noise_or_a_load_never_measured() -> None:
+    steady = [(1.0, 0.0, 0.020)] * 100
+    four = fit_current(steady + [(1.0, 0.0, 0.160)] * 4)
+    assert four is not None and four.at(1) < 0.03
+    noisy = fit_current(steady + [(1.0, 0.0, 0.160), (1.0, 0.0, 0.005)] * 5)
+    assert noisy is not None and noisy.at(1) < 0.03
+    burst = fit_current(steady + [(16.0, 0.0, 0.300)] * 8)  # c = 16 was never seen: load, not a change
+    assert burst is not None and burst.low_c == 1.0 and burst.at(1) < 0.06
