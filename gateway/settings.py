@@ -20,11 +20,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.redact import without_credentials
 from gateway.yaml_lines import Loc, dotted, locate
 
 log = logging.getLogger(__name__)
@@ -44,9 +54,11 @@ class BackendConfig(_Strict):
     """One engine instance the gateway may send requests to."""
 
     name: str = Field(min_length=1)
+    # May carry basic-auth credentials (http://user:password@host:port), sent to the engine only.
     url: str = Field(description="base URL without /v1, e.g. http://127.0.0.1:8101")
     flavor: Flavor = "vllm"
-    api_key: str | None = None
+    # Sent as "Authorization: Bearer ..." to this backend only; never shown (repr included).
+    api_key: str | None = Field(default=None, repr=False)
     max_concurrency: int | None = Field(default=None, ge=1)
     # Declared capabilities win over what the prober discovers (e.g. a vLLM vision build: /v1/models
     # does not say whether it can see).
@@ -66,6 +78,24 @@ class BackendConfig(_Strict):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    def __repr_args__(self) -> Any:
+        # A config printed in a log or a traceback shows the URL without its credentials.
+        for name, value in super().__repr_args__():
+            yield name, without_credentials(value) if name == "url" and isinstance(value, str) else value
+
+    @field_validator("api_key")
+    @classmethod
+    def _one_credential(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A request carries one Authorization header: the key's Bearer or the URL's basic auth, never
+        both (the HTTP client refuses the pair, so the engine would never be reached)."""
+        url = info.data.get("url")
+        if value and isinstance(url, str) and "@" in urlsplit(url).netloc:
+            raise ValueError(
+                "cannot be combined with credentials in the backend's url (user:password@): the engine "
+                "gets one Authorization header, so keep either the api_key or the url's credentials"
+            )
+        return value
 
 
 class PoolConfig(_Strict):

@@ -55,8 +55,24 @@ def _judge_sglang(status: int, body: Any, ever_ready: bool) -> Verdict:
 def _judge_llamacpp(status: int, body: Any, ever_ready: bool) -> Verdict:
     if status == 200:
         return Verdict.READY
-    message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
-    return Verdict.LOADING if status == 503 and "loading" in str(message).lower() else Verdict.FAILING
+    return Verdict.LOADING if status == 503 and "loading" in error_message(body).lower() else Verdict.FAILING
+
+
+def error_message(body: Any) -> str:
+    """The message of an engine's error answer, whatever its shape (reference/engines.md): the nested
+    `{"error": {"message": ...}}` (vLLM >= 0.10.1, llama.cpp, llama-cpp-python), the flat
+    `{"object": "error", "message": ...}` (vLLM <= 0.10.0, SGLang), a plain string `{"error": "..."}`
+    (vLLM's 401, proxies in front of an engine) or an early llama.cpp /health `{"status": "loading model"}`.
+    Anything else (no JSON, a list, a number) has none: ""."""
+    if not isinstance(body, dict):
+        return body if isinstance(body, str) else ""
+    error = body.get("error")
+    if isinstance(error, dict):
+        error = error.get("message")
+    for found in (error, body.get("message"), body.get("status")):
+        if isinstance(found, str) and found:
+            return found
+    return ""
 
 
 def _judge_openai(status: int, body: Any, ever_ready: bool) -> Verdict:

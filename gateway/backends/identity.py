@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from gateway.redact import without_credentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +28,7 @@ class BackendIdentity:
 
 
 def identity(name: str, url: str, served: Iterable[str]) -> BackendIdentity:
-    parts = urlsplit(url)
-    bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    return BackendIdentity(name, bare, tuple(sorted(set(served))))
+    return BackendIdentity(name, without_credentials(url), tuple(sorted(set(served))))
 
 
 def identity_json(known: BackendIdentity) -> dict[str, Any]:

@@ -15,12 +15,17 @@ Probes never generate tokens on vLLM and llama.cpp (/health is free there). SGLa
 Every probe is one GET through the injected `fetch` (gateway/backends/fetch.py), bounded by
 `ProbeConfig.timeout_s`; the app builds it from the upstream transport's control-plane GET, which has a
 small connection pool of its own, so probes never queue behind client traffic.
+Each backend's loop is a `BackgroundTask` (gateway/tasks.py): a probe that fails in an unexpected way (a
+transport or flavor error, not an answer) is logged once per distinct error and counts as a probe nobody
+answered, so the backend's status follows (a serving backend is dead, not frozen at ready), and the loop
+carries on: the first probe answered again brings the backend back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any
 
 import orjson
@@ -29,6 +34,7 @@ from gateway.backends.fetch import Fetch
 from gateway.backends.flavors import FLAVORS, Capabilities, Verdict
 from gateway.backends.registry import BackendState, Registry, Status
 from gateway.settings import ProbeConfig
+from gateway.tasks import BackgroundTask
 
 log = logging.getLogger("gateway.prober")
 
@@ -38,32 +44,50 @@ class Prober:
         self.registry = registry
         self.config = config
         self._fetch = fetch
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[BackgroundTask] = []
         self._timeouts: dict[str, int] = {}  # probe timeouts in a row per backend
 
     async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop(name)) for name in self.registry.backends]
+        if self._tasks:
+            return
+        self._tasks = [
+            BackgroundTask(
+                partial(self._round, name),
+                f"prober:{name}",
+                on_error=partial(self._probe_failed, name),
+                logger=log,
+            )
+            for name in self.registry.backends
+        ]
+        for task in self._tasks:
+            task.start()
 
     async def stop(self) -> None:
-        pending = set(self._tasks)
-        while pending:
-            # Cancel again until every task is done: a cancel that lands as a probe's own timeout fires
-            # can be turned into that TimeoutError by the HTTP client, and the loop would carry on probing.
-            for task in pending:
-                task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=0.1)
-        self._tasks = []
+        # Each stop cancels again until its task is done: a cancel that lands as a probe's own timeout
+        # fires can be turned into that TimeoutError by the HTTP client.
+        tasks, self._tasks = self._tasks, []
+        await asyncio.gather(*(task.stop() for task in tasks))
 
     def timeouts_in_a_row(self, name: str) -> int:
         """Probes of `name` that timed out since its last answered (or refused) probe."""
         return self._timeouts.get(name, 0)
 
-    async def _loop(self, name: str) -> None:
+    async def _round(self, name: str) -> float:
+        await self.probe_once(name)
+        return self._pause(name)
+
+    def _pause(self, name: str) -> float:
+        ready = self.registry.backends[name].status is Status.READY
+        return self.config.interval_s if ready else self.config.starting_interval_s
+
+    def _probe_failed(self, name: str, exc: Exception) -> float:
+        """A probe that raised instead of ending in a verdict (BackgroundTask has logged the error): no
+        usable answer came, so it is judged like one nobody answered, never left at its last status."""
         state = self.registry.backends[name]
-        while True:
-            await self.probe_once(name)
-            ready = state.status is Status.READY
-            await asyncio.sleep(self.config.interval_s if ready else self.config.starting_interval_s)
+        new, detail = self._unreachable(state), f"probe failed: {type(exc).__name__}"
+        if self.registry.set_status(name, new, detail):
+            log.info("backend %s is %s (%s)", name, new, detail)
+        return self._pause(name)
 
     async def probe_once(self, name: str) -> Status:
         state = self.registry.backends[name]

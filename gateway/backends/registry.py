@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.backends.inflight import InFlight
 from gateway.records import BackendSnapshot
+from gateway.redact import without_credentials
 from gateway.settings import BackendConfig, PoolConfig, Settings
 
 
@@ -69,7 +70,7 @@ class BackendState:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.config.name,
-            "url": self.config.url,
+            "url": without_credentials(self.config.url),  # credentials are the engine's business only
             "flavor": self.config.flavor,
             "status": str(self.status),
             "detail": self.detail,

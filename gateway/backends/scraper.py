@@ -5,7 +5,10 @@ One asyncio task polls every backend about once per `interval_s` through an inje
 Each backend is fetched under its own timeout and all of them concurrently, so a slow or dead backend never
 delays the others: its data simply goes stale (an answer other than 200 is a failed scrape too). Data older
 than `stale_after_intervals` intervals is stale, and the router then ignores it and falls back to the
-gateway's own measurements (docs/measurement.md).
+gateway's own measurements (docs/measurement.md). A backend's failures are logged once per change (and
+its recovery once); the loop itself is a `BackgroundTask` (gateway/tasks.py), so even a round that fails
+as a whole is logged, leaves every backend's data to age, and the next round runs. URLs are logged without
+their credentials.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from gateway.backends.engine_metrics import (
 )
 from gateway.backends.fetch import Fetch
 from gateway.records import EngineHint
-from gateway.tasks import BackgroundTask
+from gateway.redact import without_credentials
+from gateway.tasks import BackgroundTask, FailureLog, describe
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +78,19 @@ class MetricsScraper:
         self._clock = clock
         self._targets: dict[str, ScrapeTarget] = {}
         self._latest: dict[str, ScrapeResult] = {}
-        self._errors: dict[str, str] = {}
-        self._task = BackgroundTask(self._run, name="engine-metrics-scraper")
+        self._failures: dict[str, FailureLog] = {}  # per backend: its current failure, logged once
+        self._task = BackgroundTask(
+            self._round, name="engine-metrics-scraper", on_error=self._round_failed, logger=log
+        )
         self.set_targets(targets)
 
     def set_targets(self, targets: Iterable[ScrapeTarget]) -> None:
         """Replace the target set (backends change on reload); data of removed backends is dropped."""
-        self._targets = {t.backend: t for t in targets}
+        before, self._targets = self._targets, {t.backend: t for t in targets}
         for gone in set(self._latest) - set(self._targets):
             del self._latest[gone]
-        for gone in set(self._errors) - set(self._targets):
-            del self._errors[gone]
+        for changed in [name for name in self._failures if before.get(name) != self._targets.get(name)]:
+            del self._failures[changed]  # gone, or another target: its failures were the old one's
 
     def start(self) -> None:
         self._task.start()
@@ -101,7 +107,8 @@ class MetricsScraper:
 
     def last_error(self, backend: str) -> str | None:
         """Why the most recent scrape of `backend` failed; None after a good one."""
-        return self._errors.get(backend)
+        failures = self._failures.get(backend)
+        return failures.error if failures is not None else None
 
     def is_fresh(self, backend: str, now: float | None = None) -> bool:
         result = self._latest.get(backend)
@@ -120,12 +127,18 @@ class MetricsScraper:
         """One round: every target concurrently, each under its own timeout."""
         await asyncio.gather(*(self._scrape(target) for target in list(self._targets.values())))
 
-    async def _run(self) -> None:
+    async def _round(self) -> float:
         loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            await self.scrape_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
+        started = loop.time()
+        await self.scrape_once()
+        return max(0.0, self.interval_s - (loop.time() - started))
+
+    def _round_failed(self, exc: Exception) -> float:
+        """A round that failed as a whole (BackgroundTask has logged it): no backend's data was renewed,
+        and each says so until its next good scrape."""
+        for target in list(self._targets.values()):
+            self._fail(target, f"scrape round failed: {describe(exc)}")
+        return self.interval_s
 
     async def _scrape(self, target: ScrapeTarget) -> None:
         try:
@@ -135,32 +148,38 @@ class MetricsScraper:
                 self._fail(target, f"HTTP {status}")
                 return
             metrics = parse_metrics(body.decode("utf-8", errors="replace"), target.flavor)
+            if self._targets.get(target.backend) != target:
+                return  # the target was removed or changed while the fetch was in flight
+            previous = self._latest.get(target.backend)
+            result = ScrapeResult(
+                backend=target.backend,
+                taken_at=self._clock(),
+                metrics=metrics,
+                acceptance=acceptance_between(previous.metrics if previous else None, metrics),
+                acceptance_total=acceptance_between(None, metrics),
+            )
         except asyncio.CancelledError:
             raise
         except TimeoutError:
             self._fail(target, f"timed out after {self.timeout_s:.2f}s")
             return
         except Exception as exc:  # any failure of one backend stays that backend's problem
-            self._fail(target, f"{type(exc).__name__}: {exc}")
+            self._fail(target, describe(exc))
             return
-        if self._targets.get(target.backend) != target:
-            return  # the target was removed or changed while the fetch was in flight
-        previous = self._latest.get(target.backend)
-        self._latest[target.backend] = ScrapeResult(
-            backend=target.backend,
-            taken_at=self._clock(),
-            metrics=metrics,
-            acceptance=acceptance_between(previous.metrics if previous else None, metrics),
-            acceptance_total=acceptance_between(None, metrics),
-        )
-        self._errors.pop(target.backend, None)
+        self._latest[target.backend] = result
+        self._failures_of(target).ok()
 
     def _fail(self, target: ScrapeTarget, why: str) -> None:
         if self._targets.get(target.backend) != target:
             return
-        if self._errors.get(target.backend) != why:  # log changes of state, not every second
-            log.info("metrics scrape of %s (%s) failed: %s", target.backend, target.url, why)
-        self._errors[target.backend] = why
+        self._failures_of(target).failed(why)  # logged when it changes, not every second
+
+    def _failures_of(self, target: ScrapeTarget) -> FailureLog:
+        failures = self._failures.get(target.backend)
+        if failures is None:
+            what = f"metrics scrape of {target.backend} ({without_credentials(target.url)})"
+            failures = self._failures[target.backend] = FailureLog(log, what, level=logging.INFO)
+        return failures
 
 
 def hint_from_scrape(result: ScrapeResult | None, now: float, stale_after_s: float) -> EngineHint | None:

@@ -3,14 +3,17 @@
 The watcher polls the file's content hash instead of using inotify: it works the same on bind mounts,
 network filesystems and editors that replace the file on save. Policy files are a few KB, so hashing one
 every 0.5 s costs microseconds, and unlike an mtime + size check it cannot miss two same-size edits made
-within one filesystem timestamp tick. A valid edit replaces the
-policy for new requests; an invalid edit, or one naming a backend the gateway's config does not define,
-is logged with its line and the last good policy stays in force.
+within one filesystem timestamp tick. A change is applied only once the file has been stable for one poll
+(the same mtime, size and content hash on two polls in a row), and the bytes applied are the bytes
+checked: a file written in place is never applied half-written, even when its first half is a valid
+policy. A valid edit replaces the policy for new requests; an invalid edit, or one naming a backend the
+gateway's config does not define, is logged with its line and the last good policy stays in force. The
+polling loop is a `BackgroundTask` (gateway/tasks.py): whatever a poll raises is logged once per
+distinct error, the policy in force stays, and polling goes on.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import os
@@ -110,8 +113,18 @@ def load_policy(path: str | os.PathLike[str], known: Sequence[KnownBackend] | No
     unreadable file is one too)."""
     try:
         # Bytes, then decode: text mode would translate CRLF and the hash would not match the file's.
-        text = Path(path).read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise PolicyError(str(path), [Issue(None, "", f"cannot read: {exc}")]) from exc
+    return _policy_from_bytes(data, path, known)
+
+
+def _policy_from_bytes(
+    data: bytes, path: str | os.PathLike[str], known: Sequence[KnownBackend] | None
+) -> LoadedPolicy:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise PolicyError(str(path), [Issue(None, "", f"cannot read: {exc}")]) from exc
     return parse_policy(text, str(path), known)
 
@@ -155,10 +168,21 @@ class ReloadResult:
     errors: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """The policy file as one poll saw it."""
+
+    mtime_ns: int
+    size: int
+    sha256: str
+    data: bytes = field(compare=False, repr=False)
+
+
 @dataclass
 class _FileState:
     failed_sha256: str | None = None  # content that last failed, so it is reported once
     counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "error": 0})
+    pending: _Seen | None = None  # a change seen by the last poll, applied if the next one sees it again
 
 
 class PolicyWatcher:
@@ -190,18 +214,33 @@ class PolicyWatcher:
         self.current: LoadedPolicy = load_policy(self.path, self._known)
         self._warn(self.current)
         self.last_error: str | None = None
-        self._task = BackgroundTask(self._run, name=f"policy-watcher:{self.path.name}")
+        self._task = BackgroundTask(
+            self._round,
+            name=f"policy-watcher:{self.path.name}",
+            on_error=lambda exc: self.interval_s,  # the policy in force stays; the next poll retries
+            logger=self._log,
+            delay_s=interval_s,
+        )
 
     @property
     def reload_counts(self) -> dict[str, int]:
         return dict(self._state.counts)
 
     def reload(self) -> ReloadResult:
-        """Read the file now and apply it if valid (used by the poller and by POST /gateway/policy/reload)."""
+        """Read the file now and apply it if valid (POST /gateway/policy/reload: the operator says it is
+        complete, so there is no waiting for it to be stable)."""
         try:
-            loaded = load_policy(self.path, self._known)
+            data = self.path.read_bytes()
+        except OSError as exc:
+            return self._rejected(PolicyError(str(self.path), [Issue(None, "", f"cannot read: {exc}")]), None)
+        return self._apply(data)
+
+    def _apply(self, data: bytes) -> ReloadResult:
+        """Apply exactly these bytes of the file if they are a valid policy."""
+        try:
+            loaded = _policy_from_bytes(data, self.path, self._known)
         except PolicyError as exc:
-            return self._rejected(exc)
+            return self._rejected(exc, hashlib.sha256(data).hexdigest())
         changed = loaded.sha256 != self.current.sha256
         self.current, self.last_error, self._state.failed_sha256 = loaded, None, None
         self._count("ok", None)
@@ -211,11 +250,19 @@ class PolicyWatcher:
         return ReloadResult(ok=True, changed=changed, loaded=loaded)
 
     def poll(self) -> ReloadResult | None:
-        """One polling step: reload when the file's content differs from the policy in force."""
-        digest = self._content_sha256()
-        if digest in (self.current.sha256, self._state.failed_sha256):
-            return None  # unchanged, or the same broken content again (reported once)
-        return self.reload()
+        """One polling step: a content that differs from the policy in force is applied once the file has
+        been stable for one poll: the same mtime, size and content hash as the previous poll saw. A file
+        still being written (in place, not replaced atomically) changes between two polls, so a prefix
+        of it, even one that is a valid policy, is never applied."""
+        seen = self._look()
+        if seen is None or seen.sha256 in (self.current.sha256, self._state.failed_sha256):
+            self._state.pending = None
+            return None  # missing, unchanged, or the same broken content again (reported once)
+        if seen != self._state.pending:
+            self._state.pending = seen  # changed since the last poll: wait one more poll
+            return None
+        self._state.pending = None
+        return self._apply(seen.data)
 
     async def start(self) -> None:
         self._task.start()
@@ -223,18 +270,14 @@ class PolicyWatcher:
     async def stop(self) -> None:
         await self._task.stop()
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                self.poll()
-            except Exception:  # the watcher must outlive any surprise; the policy in force stays
-                self._log.exception("policy watcher poll failed for %s", self.path)
+    async def _round(self) -> float:
+        self.poll()
+        return self.interval_s
 
-    def _rejected(self, exc: PolicyError) -> ReloadResult:
+    def _rejected(self, exc: PolicyError, digest: str | None) -> ReloadResult:
         text = "\n".join(exc.lines())
         self.last_error = text
-        self._state.failed_sha256 = self._content_sha256()
+        self._state.failed_sha256 = digest
         self._count("error", text)
         self._log.error(
             "policy %s rejected, keeping the last good one (sha256 %s): %s",
@@ -253,8 +296,12 @@ class PolicyWatcher:
         if self._on_reload is not None:
             self._on_reload(result, error)
 
-    def _content_sha256(self) -> str | None:
+    def _look(self) -> _Seen | None:
+        """The file now (None when it cannot be read: a deleted file is ignored until it reappears)."""
         try:
-            return hashlib.sha256(self.path.read_bytes()).hexdigest()
+            with self.path.open("rb") as file:
+                stat = os.fstat(file.fileno())
+                data = file.read()
         except OSError:
             return None
+        return _Seen(stat.st_mtime_ns, stat.st_size, hashlib.sha256(data).hexdigest(), data)

@@ -23,6 +23,10 @@ Two read timeouts, because waiting for the first token and waiting between token
 body under one overall timeout, failures as builtin TimeoutError and OSError, because its callers (the
 prober and the scraper, gateway/backends/fetch.py) sit below this layer and cannot know its exceptions.
 
+Failure messages never quote the URL nor the host and port (`_cause`): they reach clients inside error
+bodies ("no backend answered: NAME: ..."), where a backend is named by its configured name only, and a
+URL may carry credentials.
+
 `AiohttpTransport` is the production transport (chosen by measurement: docs/transport.md);
 `MockTransport` answers in-process from a handler, for tests without sockets.
 """
@@ -30,6 +34,8 @@ prober and the scraper, gateway/backends/fetch.py) sit below this layer and cann
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -134,6 +140,20 @@ class _AiohttpResponse:
         self._response.close()
 
 
+def _cause(exc: BaseException) -> str:
+    """What went wrong, without where: the exception's type and, for an OS-level failure, the standard
+    text of its error number ("ClientConnectorError: Connection refused"). Never `str(exc)`: aiohttp's
+    messages name the host and port ("Cannot connect to host 10.0.0.5:8000 ..."), the OS error's own
+    message the address ("Connect call failed ('10.0.0.5', 8000)"), and InvalidURL the whole URL."""
+    found = getattr(exc, "os_error", None) or exc
+    reason = None
+    if isinstance(found, socket.gaierror):
+        reason = found.strerror  # the resolver's text for its code, e.g. "Name or service not known"
+    elif isinstance(found, OSError) and isinstance(found.errno, int) and found.errno > 0:
+        reason = os.strerror(found.errno)
+    return f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
+
+
 def _silence(waiting_for_first: bool, idle_s: float) -> str:
     if waiting_for_first:
         return "no first token from the backend within the first-token timeout"
@@ -174,11 +194,11 @@ class AiohttpTransport:
             async with asyncio.timeout_at(first_deadline):
                 response = await session.post(url, data=body, headers=headers)
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"no response headers from {url} in time") from exc
+            raise UpstreamTimeout("no response headers from the backend in time") from exc
         except aiohttp.ClientConnectorError as exc:
-            raise UpstreamRefused(f"{type(exc).__name__}: {exc}") from exc
+            raise UpstreamRefused(_cause(exc)) from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamConnectError(f"{type(exc).__name__}: {exc}") from exc
+            raise UpstreamConnectError(_cause(exc)) from exc
         return _AiohttpResponse(response, first_deadline, self.timeouts.idle_s)
 
     async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
@@ -197,7 +217,7 @@ class AiohttpTransport:
         except aiohttp.ClientError as exc:
             if isinstance(exc, OSError):  # e.g. ClientConnectorError: refused, unreachable
                 raise
-            raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+            raise ConnectionError(_cause(exc)) from exc
 
     async def aclose(self) -> None:
         for session in (self._session, self._control):

@@ -164,7 +164,15 @@ class SnapshotSaver:
         self._identities = identities
         self._interval_s = interval_s
         self._keep = keep_per_cell
-        self._task = BackgroundTask(self._run, name="stats-snapshot")
+        # A failed save (a full disk, a sample that does not encode) is logged once per distinct error;
+        # the previous snapshot stays intact on disk (atomic writes) and the next round tries again.
+        self._task = BackgroundTask(
+            self.save_now,
+            name="stats-snapshot",
+            on_error=lambda exc: interval_s,
+            logger=log,
+            delay_s=interval_s,
+        )
 
     def start(self) -> None:
         self._task.start()
@@ -173,15 +181,9 @@ class SnapshotSaver:
         await self._task.stop()
         await self.save_now()
 
-    async def save_now(self) -> None:
+    async def save_now(self) -> float:
+        """Save now; returns the seconds until the next periodic save."""
         # Encode on the loop (the recorder is not thread-safe), write off the loop (fsync can be slow).
         data = encode(self._recorder, self._recorder.now(), self._keep, self._identities)
         await asyncio.to_thread(write_atomic, self._state_dir / FILE_NAME, data)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.save_now()
-            except OSError as exc:  # a full disk must not kill the gateway; the next round retries
-                log.warning("stats snapshot failed: %s", exc)
+        return self._interval_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 
@@ -154,3 +155,56 @@ async def test_an_answer_other_than_200_is_a_failed_scrape_and_the_fetch_gets_th
     assert scraper.last_error("mtp") == "HTTP 503"
     result = scraper.latest("mtp")
     assert result is not None and result.metrics.waiting == 0.0  # the last good scrape is kept
+
+
+async def test_failures_are_logged_once_per_change_and_the_recovery_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.backends.scraper")
+    fetch = ScriptedFetch()
+    fetch.bodies[A.url] = [_vllm_text(0, 1, 2, 1)]
+    secret = ScrapeTarget("mtp", "http://gw:pw-SECRET@a/metrics", "vllm")
+    fetch.bodies[secret.url] = fetch.bodies[A.url]
+    scraper = MetricsScraper([secret], fetch, interval_s=1.0)
+    fetch.status[secret.url] = 503
+    for _ in range(5):
+        await scraper.scrape_once()
+    del fetch.status[secret.url]
+    await scraper.scrape_once()
+    await scraper.scrape_once()
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged == [
+        "metrics scrape of mtp (http://a/metrics) failed: HTTP 503",
+        "metrics scrape of mtp (http://a/metrics) works again (it failed: HTTP 503)",
+    ]
+    assert scraper.last_error("mtp") is None
+
+
+async def test_a_round_that_raises_keeps_the_loop_alive_and_says_so_per_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fetch = ScriptedFetch()
+    fetch.bodies[A.url] = [_vllm_text(0, 1, 2, 1)]
+    scraper = MetricsScraper([A], fetch, interval_s=0.01)
+    rounds = 0
+    scrape_once = scraper.scrape_once
+
+    async def broken() -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds <= 3:
+            raise RuntimeError("a bug in a round")
+        await scrape_once()
+
+    monkeypatch.setattr(scraper, "scrape_once", broken)
+    scraper.start()
+    try:
+        async with asyncio.timeout(3):
+            while scraper.last_error("mtp") is None:
+                await asyncio.sleep(0.001)
+            assert scraper.last_error("mtp") == "scrape round failed: RuntimeError: a bug in a round"
+            while scraper.latest("mtp") is None:  # the loop went on: the next good round lands
+                await asyncio.sleep(0.005)
+    finally:
+        await scraper.stop()
+    assert rounds > 3 and scraper.last_error("mtp") is None

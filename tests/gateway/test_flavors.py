@@ -22,6 +22,20 @@ def test_llamacpp_loading_503_is_a_warm_up_not_a_failure() -> None:
     assert judge(200, {"status": "ok"}, False) is Verdict.READY
 
 
+def test_llamacpp_health_answers_of_every_documented_shape_are_judged() -> None:
+    """reference/engines.md: the error may be an object or a plain string (vLLM's 401 shape, a proxy in
+    front of the engine), flat (SGLang, old vLLM), or an early build's /health status; none may raise."""
+    judge = FLAVORS["llamacpp"].judge
+    assert judge(503, {"error": "Loading model"}, False) is Verdict.LOADING
+    assert judge(503, {"error": "Service Unavailable"}, True) is Verdict.FAILING
+    assert judge(503, {"object": "error", "message": "Loading model", "code": 503}, False) is Verdict.LOADING
+    assert judge(503, {"status": "loading model"}, False) is Verdict.LOADING
+    assert judge(503, {"status": "error"}, True) is Verdict.FAILING
+    for odd in (None, "Loading model", ["Loading model"], 503, {"error": None}, {"error": ["x"]}):
+        assert judge(503, odd, True) in (Verdict.LOADING, Verdict.FAILING)
+    assert judge(500, {"error": "Loading model"}, False) is Verdict.FAILING  # only a 503 is a warm-up
+
+
 def test_sglang_503_is_warm_up_before_ready_and_failure_after() -> None:
     judge = FLAVORS["sglang"].judge
     assert judge(503, None, False) is Verdict.LOADING

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+import pytest
 from gateway_fakes import FakeEngine, settings_for
 
 from gateway.backends.prober import Prober
@@ -131,3 +134,100 @@ async def test_a_timed_out_probe_is_not_a_refused_one() -> None:
     fetch.error = ConnectionRefusedError()
     assert await prober.probe_once("a") is Status.DEAD  # nothing listens: proof at once
     assert prober.timeouts_in_a_row("a") == 0
+
+
+async def test_llamacpp_string_error_503_loading_is_starting_and_failing_after_ready_is_dead(
+    engines: list[FakeEngine],
+) -> None:
+    backend = {"name": "a", "url": engines[0].url, "flavor": "llamacpp"}
+    registry = make(engines[0].url, Clock(), backends=[backend])
+    assert await probe(registry) is Status.READY
+    engines[0].behaviour.health_status = 503
+    engines[0].behaviour.health_body = {"error": "Loading model"}
+    assert await probe(registry) is Status.STARTING  # a restart loading its model again
+    engines[0].behaviour.health_body = {"error": "Service Unavailable"}
+    assert await probe(registry) is Status.DEAD
+
+
+class Flaky:
+    """A fetch that answers like a ready engine unless `error` is set, which it then raises (any
+    exception, not only what a transport is documented to raise)."""
+
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+        self.health: tuple[int, bytes] = (200, b'{"status":"ok"}')
+        self.calls = 0
+
+    async def __call__(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        if url.endswith("/v1/models"):
+            return 200, b'{"object":"list","data":[{"id":"served"}]}'
+        return self.health if url.endswith("/health") else (404, b"")
+
+
+async def wait_for(condition: Callable[[], object], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+FAST = ProbeConfig(interval_s=0.01, starting_interval_s=0.01)
+
+
+async def test_an_unexpected_probe_error_keeps_the_loop_alive_and_the_backend_truthful(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.prober")
+    fetch = Flaky()
+    registry = make("http://engine:8000", Clock())
+    prober = Prober(registry, FAST, fetch)
+    state = registry.backends["a"]
+    await prober.start()
+    try:
+        await wait_for(lambda: state.status is Status.READY)
+        fetch.error = RuntimeError("a transport bug")
+        await wait_for(lambda: state.status is Status.DEAD)  # a serving backend that cannot be probed
+        calls = fetch.calls
+        await wait_for(lambda: fetch.calls >= calls + 5)  # still probing, every interval
+        assert state.status is Status.DEAD and state.detail == "probe failed: RuntimeError"
+        fetch.error = None  # the engine answers again (a restart, a fixed network)
+        await wait_for(lambda: state.status is Status.READY)
+    finally:
+        await prober.stop()
+    failed = [r for r in caplog.records if r.levelno == logging.ERROR and "a transport bug" in r.getMessage()]
+    assert len(failed) == 1, "logged once, not once per probe"
+    assert any("works again" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_llamacpp_string_error_no_longer_kills_the_loop_after_a_crash_and_restart() -> None:
+    fetch = Flaky()
+    backend = {"name": "a", "url": "http://engine:8080", "flavor": "llamacpp"}
+    registry = make("http://engine:8080", Clock(), backends=[backend])
+    prober = Prober(registry, FAST, fetch)
+    state = registry.backends["a"]
+    await prober.start()
+    try:
+        await wait_for(lambda: state.status is Status.READY)
+        fetch.health = (503, b'{"error":"Service Unavailable"}')  # crashed behind a proxy
+        await wait_for(lambda: state.status is Status.DEAD)
+        fetch.health = (503, b'{"error":"Loading model"}')  # restarting
+        await wait_for(lambda: state.status is Status.STARTING)
+        fetch.health = (200, b'{"status":"ok"}')
+        await wait_for(lambda: state.status is Status.READY)
+    finally:
+        await prober.stop()
+
+
+async def test_a_never_probed_backend_whose_probe_raises_is_not_left_unknown() -> None:
+    fetch = Flaky()
+    fetch.error = ValueError("Cannot combine AUTHORIZATION header with AUTH argument")
+    registry = make("http://engine:8000", Clock())
+    prober = Prober(registry, FAST, fetch)
+    await prober.start()
+    try:
+        await wait_for(lambda: registry.backends["a"].status is not Status.UNKNOWN)
+    finally:
+        await prober.stop()
+    assert registry.backends["a"].status is Status.STARTING  # within the startup grace, like no answer

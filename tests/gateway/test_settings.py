@@ -61,6 +61,31 @@ def test_error_names_file_line_and_field(tmp_path: Path) -> None:
     ]
 
 
+def test_credentials_in_the_url_and_an_api_key_are_refused_at_the_key_line(tmp_path: Path) -> None:
+    # Both would make two Authorization headers: the HTTP client refuses the pair, so the engine was
+    # never reached and the backend stayed "unknown" forever.
+    text = GOOD.replace("url: http://127.0.0.1:8102", "url: http://gw:pw-SECRET@127.0.0.1:8102")
+    path = write(tmp_path, text.replace("    context_length: 8192\n", "    api_key: sk-engine\n"))
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    assert len(caught.value.lines) == 1
+    line = caught.value.lines[0]
+    assert line.startswith(f"{path}:10: backends.1.api_key: ")
+    assert "credentials in the backend's url" in line
+    assert "pw-SECRET" not in line and "sk-engine" not in line  # the error quotes neither secret
+
+
+def test_credentials_in_the_url_alone_or_a_key_alone_load(tmp_path: Path) -> None:
+    text = GOOD.replace("url: http://127.0.0.1:8102", "url: http://gw:pw-SECRET@127.0.0.1:8102")
+    backend = load_settings(write(tmp_path, text)).backend("b")
+    assert backend.url == "http://gw:pw-SECRET@127.0.0.1:8102"
+    assert "pw-SECRET" not in repr(backend) and "http://127.0.0.1:8102" in repr(backend)
+    keyed = GOOD.replace("    context_length: 8192\n", "    api_key: sk-engine\n")
+    settings = load_settings(write(tmp_path, keyed))
+    assert settings.backend("b").api_key == "sk-engine"
+    assert "sk-engine" not in repr(settings.backend("b"))
+
+
 def test_unknown_field_is_reported_at_its_line(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace("    flavor: vllm\n", "    flavour: vllm\n"))
     with pytest.raises(SettingsError, match=rf"{path}:6: backends.0.flavour: Extra inputs"):

@@ -8,7 +8,13 @@ import socket
 import pytest
 from gateway_fakes import FakeEngine
 
-from gateway.proxy.upstream import AiohttpTransport, UpstreamBroken, UpstreamConnectError, UpstreamTimeout
+from gateway.proxy.upstream import (
+    AiohttpTransport,
+    UpstreamBroken,
+    UpstreamConnectError,
+    UpstreamRefused,
+    UpstreamTimeout,
+)
 from gateway.settings import Timeouts
 
 HEADERS = {"content-type": "application/json"}
@@ -27,6 +33,30 @@ async def test_refused_connection_is_a_connect_error() -> None:
     with pytest.raises(UpstreamConnectError):
         await upstream.send(url, HEADERS, BODY)
     await upstream.aclose()
+
+
+async def test_failure_messages_name_neither_the_address_nor_the_credentials(
+    engines: list[FakeEngine],
+) -> None:
+    # They reach clients ("no backend answered: NAME: <message>"): the backend is named by its name only.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    upstream = transport(first_byte_s=0.2)
+    engines[0].behaviour.hang = True
+    hung = engines[0].url.replace("http://", "http://gw:pw-SECRET@")
+    try:
+        with pytest.raises(UpstreamRefused) as refused:
+            await upstream.send(f"http://gw:pw-SECRET@127.0.0.1:{port}/v1/chat/completions", HEADERS, BODY)
+        with pytest.raises(UpstreamTimeout) as timed_out:
+            await upstream.send(hung + "/v1/chat/completions", HEADERS, BODY)
+    finally:
+        await upstream.aclose()
+    assert str(refused.value) == "ClientConnectorError: Connection refused"
+    for message in (str(refused.value), str(timed_out.value)):
+        assert "127.0.0.1" not in message and str(port) not in message
+        assert engines[0].url.rpartition(":")[2] not in message
+        assert "pw-SECRET" not in message and "gw" not in message
 
 
 async def test_no_headers_in_time_is_a_timeout(engines: list[FakeEngine]) -> None:

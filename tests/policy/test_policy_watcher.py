@@ -170,8 +170,96 @@ def test_a_same_size_edit_is_noticed(policy_file: Path) -> None:
     stat = policy_file.stat()
     policy_file.write_text(policy_text(9999))  # same length as 1000
     os.utime(policy_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same mtime
+    assert watcher.poll() is None  # seen; applied once the next poll finds it unchanged
     result = watcher.poll()
     assert result is not None and result.ok and threshold(watcher) == 9999
+
+
+# A policy written in place, in two writes: the first half alone is a valid policy (it ends with a
+# complete default profile), and must never be applied.
+WHOLE = policy_text(3000) + "    prefer:\n      - fast\n      - slow\n"
+HALF = WHOLE[: WHOLE.index("      - slow")]
+
+
+def prefer(watcher: PolicyWatcher) -> list[str]:
+    return list(watcher.current.policy.profiles[-1].prefer)
+
+
+def test_a_file_written_in_place_is_applied_only_once_stable_never_half_written(policy_file: Path) -> None:
+    reloads = Reloads()
+    watcher = PolicyWatcher(policy_file, on_reload=reloads)
+    with policy_file.open("r+b") as file:  # in place: same inode, truncated, then written in two parts
+        file.truncate(0)
+        file.write(HALF.encode())
+        file.flush()
+        assert watcher.poll() is None  # a valid prefix, but it may still be growing: not applied
+        assert threshold(watcher) == 1000
+        file.write(WHOLE[len(HALF) :].encode())
+        file.flush()
+    assert watcher.poll() is None  # changed since the last poll: wait once more
+    result = watcher.poll()
+    assert result is not None and result.ok
+    assert threshold(watcher) == 3000 and prefer(watcher) == ["fast", "slow"]
+    assert reloads.calls == [("ok", None)]  # one reload: the half-written file was never applied
+
+
+async def test_a_file_written_in_place_within_one_interval_never_applies_its_prefix(
+    policy_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    applied: list[list[str]] = []
+    watcher = PolicyWatcher(
+        policy_file, interval_s=0.2, on_reload=lambda result, error: applied.append(prefer(watcher))
+    )
+    polled = asyncio.Event()
+    poll = watcher.poll
+
+    def observed() -> object:
+        try:
+            return poll()
+        finally:
+            polled.set()
+
+    monkeypatch.setattr(watcher, "poll", observed)
+    await watcher.start()
+    try:
+        await asyncio.wait_for(polled.wait(), 2)  # just after a poll: a whole interval until the next
+        with policy_file.open("r+b") as file:
+            file.truncate(0)
+            file.write(HALF.encode())
+            file.flush()
+            polled.clear()
+            await asyncio.wait_for(polled.wait(), 2)  # a poll saw the valid prefix...
+            file.write(WHOLE[len(HALF) :].encode())  # ...and the rest comes before the next one
+        await wait_for(lambda: threshold(watcher) == 3000)
+    finally:
+        await watcher.stop()
+    assert applied == [["fast", "slow"]]
+
+
+async def test_a_poll_that_raises_is_logged_once_and_polling_goes_on(
+    policy_file: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watcher = PolicyWatcher(policy_file, interval_s=0.01)
+    polls = 0
+
+    def broken() -> None:
+        nonlocal polls
+        polls += 1
+        raise RuntimeError("stat failed oddly")
+
+    caplog.set_level(logging.INFO, logger="gateway.policy")
+    monkeypatch.setattr(watcher, "_look", broken)
+    await watcher.start()
+    try:
+        await wait_for(lambda: polls >= 5)  # the loop outlived every failed poll
+        monkeypatch.undo()
+        write(policy_file, policy_text(2000))
+        await wait_for(lambda: threshold(watcher) == 2000)
+    finally:
+        await watcher.stop()
+    failed = [r for r in caplog.records if r.levelno == logging.ERROR and "stat failed" in r.getMessage()]
+    assert len(failed) == 1, "logged once, not once per poll"
+    assert any("works again" in r.getMessage() for r in caplog.records)
 
 
 async def test_stop_ends_the_polling_task(policy_file: Path) -> None:
@@ -193,6 +281,7 @@ def test_an_edit_naming_a_backend_the_config_lacks_is_refused_and_the_last_good_
     watcher = PolicyWatcher(policy_file, on_reload=reloads, known=KNOWN)
     caplog.set_level(logging.ERROR, logger="gateway.policy")
     write(policy_file, policy_text(2000) + "    prefer: [vllm-mtp]\n")
+    assert watcher.poll() is None  # applied once stable for one poll
     result = watcher.poll()
     assert result is not None and not result.ok
     assert threshold(watcher) == 1000 and result.loaded is watcher.current

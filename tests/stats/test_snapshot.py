@@ -104,6 +104,35 @@ def test_malformed_rows_are_skipped_and_the_rest_kept(tmp_path: Path) -> None:
     assert snapshot.load(rec, tmp_path, NOW, IDS) == 1
 
 
+async def test_a_save_that_raises_is_logged_once_and_the_saver_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.stats.snapshot")
+    encode, attempts = snapshot.encode, 0
+
+    def flaky(*args: object, **kwargs: object) -> bytes:
+        nonlocal attempts
+        attempts += 1
+        if attempts <= 4:  # not an OSError: a sample that does not encode, a bug
+            raise TypeError("Object of type Decimal is not JSON serializable")
+        return encode(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot, "encode", flaky)
+    rec = LiveRecorder(clock=lambda: NOW)
+    rec.record("b", "p", _sample(0))
+    saver = snapshot.SnapshotSaver(rec, tmp_path, IDS, interval_s=0.01)
+    saver.start()
+    try:
+        async with asyncio.timeout(3):
+            while not (tmp_path / snapshot.FILE_NAME).exists():
+                await asyncio.sleep(0.005)
+    finally:
+        await saver.stop()
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR and "Decimal" in r.getMessage()]
+    assert attempts > 4 and len(errors) == 1
+    assert snapshot.load(LiveRecorder(clock=lambda: NOW), tmp_path, NOW, IDS) == 1
+
+
 async def test_saver_writes_periodically_and_at_stop(tmp_path: Path) -> None:
     t = [NOW]
     rec = LiveRecorder(clock=lambda: t[0])
