@@ -127,6 +127,8 @@ def build_gateway(
         services=running,
         policy=watcher,
         reliability=reliability,
+        # At the drain deadline, what is still in flight is ended by its exchange (error frame, [DONE]).
+        drain=DrainTracker(end_inflight=dispatcher.end_all),
         measurement=measurement,
     )
 

@@ -52,8 +52,5 @@ class DrainingServer(uvicorn.Server):
 
         self.drain_result = await drain_then(self.tracker, self.drain_timeout_s, close)
         result = self.drain_result
-        log.info(
-            "drained in %.1fs: %s",
-            result.waited_seconds,
-            "all done" if result.drained else f"{result.remaining} cut off",
-        )
+        left = f"{result.remaining} left at the deadline, {result.ended} ended with an error event"
+        log.info("drained in %.1fs: %s", result.waited_seconds, "all done" if result.drained else left)

@@ -13,6 +13,11 @@ The request's exchange with its client (proxy/exchange.py) travels through these
 
 A watcher waits on `receive()` for `http.disconnect` and cancels the request's task: the upstream
 response is closed at once, streaming or not, and the engine sees the connection drop.
+
+`end_all(why)` ends every exchange in flight (the drain deadline of a shutdown): each request's task is
+cancelled the same way, and the exchange answers for itself, a stream under way with an error frame and
+`[DONE]`, a request with nothing sent yet with 503 `shutting_down`; its record is finished as usual and
+one log line says so.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class Dispatcher:
         self.reliability = reliability  # breakers and admission slots; None: neither is enforced
         self.failover = Failover(registry, reliability, max_attempts)
         self.accounting = Accounting(registry, observers, on_dispatch)
+        self.live: set[Exchange] = set()  # exchanges in flight, for `end_all`
 
     @property
     def observers(self) -> list[Observer]:
@@ -74,20 +80,33 @@ class Dispatcher:
         upstream; never for a request refused before any attempt."""
         return self.accounting.on_dispatch
 
+    def end_all(self, why: str) -> int:
+        """End every exchange in flight now, for `why`; returns how many were told to (those whose answer
+        is already going out finish by themselves)."""
+        return sum(exchange.end(why) for exchange in list(self.live))
+
     async def run(self, job: Job, receive: Receive, send: Send) -> RequestRecord:
         exchange = Exchange(job, send)
         record = exchange.record
         task = asyncio.current_task()
         assert task is not None
+        exchange.task = task
+        self.live.add(exchange)
         watcher = asyncio.create_task(exchange.watch_client(receive, task))
         try:
             await self._attempts(exchange)
         except asyncio.CancelledError:
-            if not exchange.gone:
+            if exchange.gone:
+                task.uncancel()
+                record.status, record.error = CLIENT_CLOSED, "client disconnected"
+            elif exchange.ending is not None:
+                task.uncancel()
+                log.warning("request %s ended by the gateway: %s", job.request_id, exchange.ending)
+                await relay.ended(exchange, exchange.ending)
+            else:
                 raise
-            task.uncancel()
-            record.status, record.error = CLIENT_CLOSED, "client disconnected"
         finally:
+            self.live.discard(exchange)
             watcher.cancel()
             record.e2e = time.perf_counter() - job.started
             self.accounting.finish(record)

@@ -1,6 +1,7 @@
 """One request on its way through dispatch: the `Job` ingress hands over, the `Exchange` with its client
-(the job, the record being filled, the client's `send`, whether the answer is committed), and
-`AttemptFailed`, the failure of one attempt before the first byte, after which another may be tried."""
+(the job, the record being filled, the client's `send`, whether the answer is committed, whether the
+gateway ended it), and `AttemptFailed`, the failure of one attempt before the first byte, after which
+another may be tried."""
 
 from __future__ import annotations
 
@@ -57,9 +58,11 @@ class Exchange:
 
     `commit()` is called just before the answer's last message is sent: a disconnect reported after it
     is the server noticing the end of the response, not the client going away. `dispatched` turns true
-    once the request went upstream for the first time."""
+    once the request went upstream for the first time; `streaming` once a stream's head went out.
+    `end(why)` is the gateway ending it early (the drain deadline): the request's task is cancelled and
+    dispatch answers with `why` (an error frame and `[DONE]` on a stream under way)."""
 
-    __slots__ = ("job", "record", "send", "committed", "dispatched", "gone")
+    __slots__ = ("job", "record", "send", "committed", "dispatched", "gone", "streaming", "ending", "task")
 
     def __init__(self, job: Job, send: Send) -> None:
         self.job = job
@@ -70,9 +73,21 @@ class Exchange:
         self.committed = False
         self.dispatched = False
         self.gone = False  # the client disconnected before the answer was committed
+        self.streaming = False  # a stream's head (and maybe frames) went out: the answer is under way
+        self.ending: str | None = None  # why the gateway ends the exchange early, once it does
+        self.task: asyncio.Task[Any] | None = None  # the request's task, cancelled by `end`
 
     def commit(self) -> None:
         self.committed = True
+
+    def end(self, why: str) -> bool:
+        """End the exchange now, for `why`; False when its answer is already going out (committed) or it
+        is already ending."""
+        if self.committed or self.ending is not None or self.task is None:
+            return False
+        self.ending = why
+        self.task.cancel()
+        return True
 
     async def watch_client(self, receive: Receive, task: asyncio.Task[Any]) -> None:
         """Wait for the client to disconnect; before the answer is committed, cancel `task` (the

@@ -1,6 +1,7 @@
-"""Relaying the answer to the client: a whole answer, an SSE stream pumped chunk by chunk (usage the
-gateway asked for stripped, a failure mid-stream turned into an error frame), a refusal, or the last
-failure when every attempt failed; and the gateway's own headers on each.
+"""Relaying the answer to the client: a whole answer, an SSE stream pumped chunk by chunk (held back until
+its first content so a backend dying before that is failed over, usage the gateway asked for stripped, a
+failure mid-stream turned into an error frame), a refusal, the last failure when every attempt failed,
+or the end the drain deadline puts to a request; and the gateway's own headers on each.
 
 Every answer commits the exchange just before its last message goes out (`Exchange.commit`), so a
 disconnect reported after it is not taken for the client going away.
@@ -9,10 +10,15 @@ disconnect reported after it is not taken for the client going away.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
 
 from gateway.proxy.accounting import take_stream_measures, take_usage
 from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import send_bytes
+from gateway.proxy.breaker import outcome_of
 from gateway.proxy.errors import error_body, error_frame
 from gateway.proxy.exchange import AttemptFailed, Exchange
 from gateway.proxy.reliability import ERROR_SOURCE, refusal_headers
@@ -21,6 +27,12 @@ from gateway.proxy.upstream import UpstreamError, UpstreamResponse, UpstreamTime
 
 OVERHEAD_MS = b"x-gateway-overhead-ms"  # the gateway's own time: parse, route, rewrite (no queueing)
 QUEUE_MS = b"x-gateway-queue-ms"  # time waiting for an admission slot (a full pool, a warm-up)
+SHUTTING_DOWN = "shutting_down"  # the error code of a request the drain deadline ended
+# What a stream may hold back before it answers: what precedes the first content, i.e. vLLM's role frame
+# (~200 bytes) and keep-alive comments (~15 bytes each). 64 KiB is hundreds of those, more than any engine
+# sends before a token; a backend that gets there sends something not taken for content, and is then
+# forwarded as it comes rather than buffered without bound. 1,000 streams waiting hold 64 MB at most.
+HOLD_MAX_BYTES = 64 * 1024
 
 
 async def whole(exchange: Exchange, response: UpstreamResponse) -> None:
@@ -39,16 +51,25 @@ async def whole(exchange: Exchange, response: UpstreamResponse) -> None:
 
 
 async def stream(exchange: Exchange, response: UpstreamResponse) -> None:
-    """Pump the SSE stream through as it arrives, measuring it on the way."""
+    """Pump the SSE stream through as it arrives, measuring it on the way.
+
+    Nothing reaches the client until the stream has answered (`_until_answered`): a failure before that
+    fails the attempt (AttemptFailed), and the next backend serves the client a clean stream of its own.
+    From then on each read is forwarded as it comes, and a failure ends the stream with an error frame."""
     job, record, send = exchange.job, exchange.record, exchange.send
+    meter = SseMeter(strip_usage=job.add_usage)
+    # The first-token timeout runs until content arrives (a role frame is not a token).
+    chunks = response.iter_chunks(lambda: meter.first_token_at is not None)
+    held = await _until_answered(meter, chunks)
     head = headers(exchange, response.content_type)
     head.append((b"cache-control", b"no-cache"))
     await send({"type": "http.response.start", "status": 200, "headers": head})
-    meter = SseMeter(strip_usage=job.add_usage)
+    exchange.streaming = True
     tail = b""
     try:
-        # The first-token timeout runs until content arrives (a role frame is not a token).
-        async for chunk in response.iter_chunks(lambda: meter.first_token_at is not None):
+        if held:
+            await send({"type": "http.response.body", "body": held, "more_body": True})
+        async for chunk in chunks:  # the same reads, past what was held
             out = meter.feed(chunk)
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -61,6 +82,73 @@ async def stream(exchange: Exchange, response: UpstreamResponse) -> None:
     take_stream_measures(record, meter, job.started)
     exchange.commit()
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def _until_answered(meter: SseMeter, chunks: AsyncIterator[bytes]) -> bytes:
+    """Read until the stream answers (`SseMeter.answered`: content, a finish, an error frame, `[DONE]`) and
+    return what was held back meanwhile (vLLM's role frame, keep-alive comments), to go out with the
+    response head. The hold is bounded in time by the first-token timeout (the transport bounds every
+    read of this phase by it) and in bytes by HOLD_MAX_BYTES. AttemptFailed when the backend breaks,
+    times out or ends the stream before answering, or answers with an error frame that blames the
+    backend (as the same status would as an HTTP answer): nothing was sent, another backend may serve."""
+    held: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in chunks:
+            out = meter.feed(chunk)
+            if out:
+                held.append(out)
+                size += len(out)
+            if meter.answered or size > HOLD_MAX_BYTES:
+                break
+        else:
+            rest = meter.flush()
+            if rest:
+                held.append(rest)
+            if not meter.answered:
+                raise AttemptFailed("the backend's stream ended before any content", 502)
+    except UpstreamError as exc:
+        status = 504 if isinstance(exc, UpstreamTimeout) else 502
+        raise AttemptFailed(f"{exc} (after the response head, before any content)", status) from exc
+    if meter.error is not None and meter.first_token_at is None:
+        failed = _error_before_content(meter.error)
+        if failed is not None:
+            raise failed
+    return b"".join(held)
+
+
+def _error_before_content(error: dict[str, Any]) -> AttemptFailed | None:
+    """An error frame before any content, judged as its code would be in an HTTP answer: a failure or
+    back-pressure fails the attempt (the engine's error is kept, passed through if it is the last); the
+    request's own fault, or a frame without a numeric code, is the answer and goes to the client."""
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return None
+    message = str(error.get("message", ""))
+    outcome = outcome_of(code, message)
+    if outcome not in ("failure", "backpressure"):
+        return None
+    status = code if code == 429 or 500 <= code < 600 else 502
+    answer = (orjson.dumps({"error": error}), "application/json")
+    failed = AttemptFailed(f"error frame before any content: HTTP {code} {message}", status, answer)
+    failed.outcome = outcome
+    return failed
+
+
+async def ended(exchange: Exchange, why: str) -> None:
+    """The gateway ends the exchange (the drain deadline passed): a stream under way gets an error frame
+    and `[DONE]`; a request with nothing sent yet gets a 503 `shutting_down`."""
+    record = exchange.record
+    record.error, record.ended_by_gateway = why, True  # says nothing about the backend
+    exchange.commit()
+    if exchange.streaming:
+        tail = error_frame(why, SHUTTING_DOWN, 503) + b"data: [DONE]\n\n"
+        await exchange.send({"type": "http.response.body", "body": tail, "more_body": False})
+        return
+    record.status = 503
+    head = [(b"content-type", b"application/json"), (b"connection", b"close"), (ERROR_SOURCE, b"gateway")]
+    head.append((b"x-gateway-profile", exchange.job.profile.encode()))
+    await send_bytes(exchange.send, 503, error_body(503, why, SHUTTING_DOWN), head)
 
 
 async def refuse(exchange: Exchange, refused: Refused) -> None:

@@ -7,7 +7,11 @@ payload is parsed once to learn what the client is being sent:
   first token: TTFT; the gap between two content frames is one inter-token latency (ITL) sample;
 - a frame with `usage` gives the token counts; when the gateway itself asked for usage (the client did
   not), the usage-only frame (`"choices": []`) is dropped before the client sees it;
-- a frame with `error` is an upstream error after the stream started (status already 200).
+- a frame with `error` is an upstream error after the stream started (status already 200);
+- `answered` says when the frames so far are an answer the client must get from this backend: content,
+  a finish (a `finish_reason` or the final usage frame), an error frame or `[DONE]`. Until then (the
+  response head, vLLM's empty role frame, keep-alive comments) nothing is lost by trying another backend
+  (proxy/relay.py holds them back).
 Comment frames (`: keep-alive`, `: ping - ...`) pass through untouched.
 """
 
@@ -33,6 +37,7 @@ class SseMeter:
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.done = False
+        self.finished = False  # a finish_reason before any content, or the final usage frame
         self._buf = bytearray()
 
     def feed(self, chunk: bytes) -> bytes:
@@ -64,6 +69,13 @@ class SseMeter:
         del buf[:start]
         return b"".join(kept)
 
+    @property
+    def answered(self) -> bool:
+        """The frames so far commit the stream to its backend: content (text, reasoning or a tool call), a
+        finish, an error frame or `[DONE]`. A role-only or empty delta, a usage count riding on such a
+        frame (continuous usage stats) or a comment does not."""
+        return self.first_token_at is not None or self.finished or self.error is not None or self.done
+
     def flush(self) -> bytes:
         """A trailing frame without its blank line, forwarded as it came (if it is kept)."""
         rest, self._buf = bytes(self._buf), bytearray()
@@ -92,10 +104,15 @@ class SseMeter:
         choices = event.get("choices")
         if _has_content(choices):
             self._token(now)
+        elif self.first_token_at is None and _has_finish(choices):
+            self.finished = True  # asked only before the first token: nothing more once content flows
         usage = event.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-            return not (self.strip_usage and not choices)
+            if choices:
+                return True  # usage riding on a delta (continuous usage stats): not the final frame
+            self.finished = True
+            return not self.strip_usage
         return True
 
     def _token(self, now: float) -> None:
@@ -138,3 +155,9 @@ def _has_content(choices: Any) -> bool:
                 if delta.get(key):
                     return True
     return False
+
+
+def _has_finish(choices: Any) -> bool:
+    if not isinstance(choices, list):
+        return False
+    return any(isinstance(choice, dict) and choice.get("finish_reason") for choice in choices)

@@ -33,6 +33,7 @@ class RequestRecord:
     queue_wait: float = 0.0  # time spent taking admission slots: waiting in the pool's queue, comebacks
     error: str | None = None
     failures: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) per failed attempt
+    ended_by_gateway: bool = False  # ended early by the gateway itself (a shutdown's drain deadline)
     # The parsed request, for recorders that relate usage to the prompt (the router's token estimator);
     # a reference, read after the answer went out, so the request path pays nothing for it.
     body: Mapping[str, Any] | None = field(default=None, repr=False)

@@ -71,16 +71,20 @@ class Completion(Protocol):
     @property
     def prompt_tokens(self) -> int | None: ...
 
+    @property
+    def ended_by_gateway(self) -> bool: ...
+
 
 def record_sample(record: Completion) -> Sample | None:
     """One finished request as a Sample, timed from dispatch (the gateway's own overhead and the time it
     waited for a slot removed).
 
-    Not recorded: requests that never reached a backend, client disconnects (a cut-short timing says
-    nothing about the backend) and 4xx answers (the request's fault, not the backend's). A 5xx, a transport
+    Not recorded: requests that never reached a backend, client disconnects and requests the gateway
+    ended itself at a shutdown's drain deadline (a cut-short timing says nothing about the backend) and
+    4xx answers (the request's fault, not the backend's). A 5xx, a transport
     failure or an error inside a started stream is an error sample: it counts in the error rate.
     """
-    if record.backend is None or record.status == 0 or record.status == 499:
+    if record.backend is None or record.status == 0 or record.status == 499 or record.ended_by_gateway:
         return None
     if 400 <= record.status < 500:
         return None

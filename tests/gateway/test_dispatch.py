@@ -15,9 +15,17 @@ from gateway_fakes import FakeEngine, running_gateway, settings_for
 from gateway.backends.registry import Registry, Status
 from gateway.backends.warmup import Warmups
 from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job
+from gateway.proxy.relay import HOLD_MAX_BYTES
 from gateway.proxy.reliability import Reliability
-from gateway.proxy.upstream import MockResponse, MockTransport, UpstreamConnectError, UpstreamTimeout
+from gateway.proxy.upstream import (
+    MockResponse,
+    MockTransport,
+    UpstreamBroken,
+    UpstreamConnectError,
+    UpstreamTimeout,
+)
 from gateway.records import ExplorationPlan, RequestRecord
+from gateway.stats.measurement import record_sample
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -396,3 +404,229 @@ async def test_on_dispatch_is_not_called_for_a_request_refused_before_any_attemp
     await dispatcher.run(_arriving_now(registry), client.receive, client.send)
     assert client.sent[0]["status"] == 503
     assert calls == []
+
+
+# A stream is committed to a backend only once it answered (content, a finish, an error frame, [DONE]):
+# the response head and vLLM's empty role frame are held back until then, so a backend that dies before
+# its first token is failed over and the client sees one clean stream from the next.
+
+ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+FINISH = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+def content(text: str) -> bytes:
+    return b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}) + b"\n\n"
+
+
+class Scripted:
+    """A streamed 200 from a backend: `chunks`, then `then` raised (the connection broke, a timeout) or,
+    with `hang`, no more bytes until the request is cancelled; else a clean end."""
+
+    status = 200
+    content_type = "text/event-stream"
+
+    def __init__(self, chunks: Sequence[bytes], then: Exception | None = None, hang: bool = False) -> None:
+        self.chunks, self.then, self.hang = chunks, then, hang
+        self.closed = False
+
+    async def iter_chunks(self, first_token: Any = None) -> Any:
+        for chunk in self.chunks:
+            await asyncio.sleep(0)
+            yield chunk
+        if self.hang:
+            await asyncio.sleep(3600)
+        if self.then is not None:
+            raise self.then
+
+    async def read(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _stream_job(registry: Registry) -> Job:
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    pool = registry.pools[0]
+    return Job(
+        "r1",
+        "chat",
+        "/v1/chat/completions",
+        pool,
+        body,
+        orjson.dumps(body),
+        0.0,
+        "default",
+        ("a", "b"),
+        stream=True,
+    )
+
+
+def _starts(client: Client) -> list[dict[str, Any]]:
+    return [m for m in client.sent if m["type"] == "http.response.start"]
+
+
+def _body(client: Client) -> bytes:
+    return b"".join(m.get("body", b"") for m in client.sent if m["type"] == "http.response.body")
+
+
+def _by_backend(answers: dict[str, Scripted]) -> tuple[Any, list[str]]:
+    calls: list[str] = []
+
+    async def handler(url: str, headers: Mapping[str, str], body: bytes) -> Scripted:
+        backend = url.removeprefix("http://").split(".")[0]
+        calls.append(backend)
+        return answers[backend]
+
+    return handler, calls
+
+
+async def test_a_backend_dying_after_its_role_frame_is_failed_over_to_one_clean_stream() -> None:
+    whole = [ROLE, content("Hello"), content(" world"), FINISH, DONE]
+    handler, calls = _by_backend(
+        {"a": Scripted([ROLE], UpstreamBroken("the backend's response broke off")), "b": Scripted(whole)}
+    )
+    dispatcher, registry, records = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_stream_job(registry), client.receive, client.send)
+    starts = _starts(client)
+    assert len(starts) == 1 and starts[0]["status"] == 200
+    assert dict(starts[0]["headers"])[b"x-gateway-backend"] == b"b"
+    body = _body(client)
+    assert body == b"".join(whole)  # b's stream as it came: one role frame, nothing of a's
+    assert body.count(b'"role"') == 1 and b'"error"' not in body
+    assert calls == ["a", "b"]
+    record = records[0]
+    assert record.backend == "b" and record.attempts == 2 and record.error is None
+    assert record.failures[0][0] == "a" and "before any content" in record.failures[0][1]
+    assert all(state.inflight == 0 for state in registry.backends.values())
+
+
+async def test_a_stream_ending_before_any_content_is_failed_over() -> None:
+    comment = b": keep-alive\n\n"
+    handler, calls = _by_backend({"a": Scripted([ROLE, comment]), "b": Scripted([ROLE, content("x"), DONE])})
+    dispatcher, registry, records = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_stream_job(registry), client.receive, client.send)
+    assert dict(_starts(client)[0]["headers"])[b"x-gateway-backend"] == b"b"
+    assert _body(client) == ROLE + content("x") + DONE and comment not in _body(client)
+    assert calls == ["a", "b"] and "ended before any content" in records[0].failures[0][1]
+
+
+async def test_a_first_token_timeout_after_the_role_frame_fails_over_then_ends_in_a_504() -> None:
+    timeout = UpstreamTimeout("no first token from the backend within the first-token timeout")
+    handler, calls = _by_backend({"a": Scripted([ROLE], timeout), "b": Scripted([ROLE], timeout)})
+    dispatcher, registry, records = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_stream_job(registry), client.receive, client.send)
+    assert calls == ["a", "b"]
+    assert [m["status"] for m in _starts(client)] == [504]  # one clean answer: no 200 was ever sent
+    assert b"first-token timeout" in _body(client) and b'"role"' not in _body(client)
+    assert records[0].status == 504
+
+
+async def test_an_error_frame_blaming_the_engine_before_content_is_failed_over() -> None:
+    dead = b'data: {"error":{"message":"EngineCore died","type":"InternalServerError","code":500}}\n\n'
+    handler, calls = _by_backend(
+        {"a": Scripted([ROLE, dead, DONE]), "b": Scripted([ROLE, content("x"), DONE])}
+    )
+    dispatcher, registry, records = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_stream_job(registry), client.receive, client.send)
+    assert calls == ["a", "b"] and _body(client) == ROLE + content("x") + DONE
+    assert records[0].error is None and "EngineCore died" in records[0].failures[0][1]
+
+
+async def test_an_error_frame_blaming_the_request_is_passed_through_without_failover() -> None:
+    bad = b'data: {"error":{"message":"invalid tool schema","type":"BadRequestError","code":400}}\n\n'
+    handler, calls = _by_backend(
+        {"a": Scripted([ROLE, bad, DONE]), "b": Scripted([ROLE, content("x"), DONE])}
+    )
+    dispatcher, registry, records = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_stream_job(registry), client.receive, client.send)
+    assert calls == ["a"] and _body(client) == ROLE + bad + DONE
+    assert records[0].error == "invalid tool schema"
+
+
+async def test_after_content_a_break_ends_the_stream_with_an_error_frame_and_done() -> None:
+    broken = UpstreamBroken("the backend's response broke off")
+    handler, calls = _by_backend(
+        {"a": Scripted([ROLE, content("Hel")], broken), "b": Scripted([ROLE, content("x"), DONE])}
+    )
+    dispatcher, registry, records = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_stream_job(registry), client.receive, client.send)
+    assert calls == ["a"]  # content was sent: it cannot be replayed elsewhere
+    assert dict(_starts(client)[0]["headers"])[b"x-gateway-backend"] == b"a"
+    parts = frames(_body(client))
+    assert parts[:2] == [ROLE.strip(), content("Hel").strip()]
+    assert orjson.loads(parts[-2][len(b"data: ") :])["error"]["code"] == "upstream_stream_error"
+    assert parts[-1] == b"data: [DONE]" and client.sent[-1]["more_body"] is False
+    assert records[0].error is not None and records[0].attempts == 1
+
+
+async def test_what_is_held_before_content_is_bounded_in_bytes() -> None:
+    comments = [b": " + b"x" * 1000 + b"\n\n"] * 80  # 80 KB without a token, past HOLD_MAX_BYTES
+    broken = UpstreamBroken("the backend's response broke off")
+    handler, calls = _by_backend({"a": Scripted([ROLE, *comments], broken), "b": Scripted([ROLE, DONE])})
+    dispatcher, registry, _ = _dispatcher(handler)
+    client = Client()
+    await dispatcher.run(_stream_job(registry), client.receive, client.send)
+    # Past the bound the stream was forwarded as it came: committed to a, so its break is an error frame.
+    assert calls == ["a"] and _starts(client)[0]["status"] == 200
+    assert b"upstream_stream_error" in _body(client) and _body(client).endswith(DONE)
+    held = client.sent[1]["body"]
+    assert HOLD_MAX_BYTES < len(held) <= HOLD_MAX_BYTES + len(comments[0])
+
+
+# The gateway ending exchanges (the drain deadline): each answers for itself, no exception escapes.
+
+WHY = "the gateway is shutting down and its drain deadline (5s) has passed"
+
+
+async def test_end_all_ends_a_stream_under_way_with_an_error_frame_and_done(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    handler, _ = _by_backend({"a": Scripted([ROLE, content("Hel")], hang=True)})
+    dispatcher, registry, records = _dispatcher(handler, ("a",))
+    client = Client()
+    job = _stream_job(registry)
+    job.ranked = ("a",)
+    run = asyncio.create_task(dispatcher.run(job, client.receive, client.send))
+    async with asyncio.timeout(5):
+        while b"Hel" not in _body(client):
+            await asyncio.sleep(0.01)
+    assert dispatcher.end_all(WHY) == 1
+    async with asyncio.timeout(5):
+        record = await run  # returns: no CancelledError, no other exception
+    parts = frames(_body(client))
+    error = orjson.loads(parts[-2][len(b"data: ") :])["error"]
+    assert error["code"] == "shutting_down" and error["message"] == WHY
+    assert parts[-1] == b"data: [DONE]" and client.sent[-1]["more_body"] is False
+    assert records == [record] and record.error == WHY and record.status == 200
+    assert record.ended_by_gateway and record_sample(record) is None  # no error sample against "a"
+    assert registry.backends["a"].inflight == 0 and dispatcher.live == set()
+    ended = [r for r in caplog.records if WHY in r.getMessage()]
+    assert len(ended) == 1 and ended[0].exc_info is None
+    assert dispatcher.end_all(WHY) == 0  # nothing left in flight
+
+
+async def test_end_all_answers_503_to_a_request_with_nothing_sent_yet() -> None:
+    handler, _ = _by_backend({"a": Scripted([ROLE], hang=True)})  # held: no content yet
+    dispatcher, registry, records = _dispatcher(handler, ("a",))
+    client = Client()
+    job = _stream_job(registry)
+    job.ranked = ("a",)
+    run = asyncio.create_task(dispatcher.run(job, client.receive, client.send))
+    async with asyncio.timeout(5):
+        while registry.backends["a"].inflight == 0:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+    assert dispatcher.end_all(WHY) == 1
+    async with asyncio.timeout(5):
+        await run
+    assert [m["status"] for m in _starts(client)] == [503]
+    assert orjson.loads(_body(client))["error"]["code"] == "shutting_down"
+    assert records[0].status == 503 and records[0].error == WHY

@@ -99,3 +99,41 @@ def test_flush_forwards_a_trailing_frame_without_blank_line() -> None:
     assert meter.feed(b"data: [DONE]") == b""
     assert meter.flush() == b"data: [DONE]"
     assert meter.done
+
+
+# `answered`: when a stream is committed to its backend. Before it, nothing reached the client.
+
+ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+
+
+def test_a_role_frame_an_empty_delta_and_a_comment_do_not_answer() -> None:
+    meter = SseMeter(strip_usage=True)
+    meter.feed(ROLE + b": keep-alive\n\n" + chunk(None) + chunk(""))
+    assert not meter.answered
+
+
+def test_usage_riding_on_the_role_frame_does_not_answer() -> None:
+    # vLLM with continuous usage stats puts `usage` on every frame, the role frame included.
+    usage = {"prompt_tokens": 4, "completion_tokens": 0, "total_tokens": 4}
+    role = orjson.loads(ROLE[6:])
+    meter = SseMeter(strip_usage=False)
+    meter.feed(b"data: " + orjson.dumps({**role, "usage": usage}) + b"\n\n")
+    assert not meter.answered and meter.usage == usage
+
+
+def test_content_reasoning_and_tool_calls_answer() -> None:
+    tool = {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": ""}}]}
+    for delta in ({"content": "a"}, {"reasoning": "hm"}, {"reasoning_content": "hm"}, tool):
+        meter = SseMeter(strip_usage=False)
+        frame = orjson.dumps({"choices": [{"index": 0, "delta": delta}]})
+        meter.feed(ROLE + b"data: " + frame + b"\n\n")
+        assert meter.answered, delta
+
+
+def test_a_finish_the_final_usage_frame_an_error_frame_and_done_answer() -> None:
+    finish = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
+    error = b'data: {"error":{"message":"bad","code":400}}\n\n'
+    for frame in (finish, USAGE, error, b"data: [DONE]\n\n"):
+        meter = SseMeter(strip_usage=True)
+        meter.feed(ROLE + frame)
+        assert meter.answered, frame

@@ -83,3 +83,32 @@ async def test_drain_gives_up_at_the_deadline_and_reports_what_was_cut_off() -> 
 async def test_an_idle_gateway_drains_at_once() -> None:
     result = await asyncio.wait_for(DrainTracker().drain(timeout=BOUND), BOUND)
     assert result.drained and result.waited_seconds < 0.5
+
+
+async def test_at_the_deadline_the_requests_left_are_told_to_end_and_given_time_to_do_so() -> None:
+    tracker = DrainTracker()
+    release = asyncio.Event()
+    told: list[str] = []
+
+    def end_inflight(why: str) -> int:
+        told.append(why)
+        release.set()  # like the dispatcher's end_all: each stream writes its last frame and returns
+        return 1
+
+    tracker.end_inflight = end_inflight
+    stream = asyncio.create_task(call(DrainGuard(slow_app(release), tracker)))
+    await asyncio.sleep(0.01)
+    closed: list[int] = []
+    result = await asyncio.wait_for(drain_then(tracker, 0.05, lambda: closed.append(tracker.inflight)), BOUND)
+    assert len(told) == 1 and "drain deadline (0.05s)" in told[0]
+    assert not result.drained and result.remaining == 1 and result.ended == 1
+    assert closed == [0]  # the close came only once the ended request had finished
+    response, _ = await asyncio.wait_for(stream, BOUND)
+    assert response.body == b"done"
+
+
+async def test_nothing_is_ended_when_everything_finished_in_time() -> None:
+    told: list[str] = []
+    tracker = DrainTracker(end_inflight=lambda why: told.append(why) or 0)
+    result = await asyncio.wait_for(tracker.drain(timeout=0.05), BOUND)
+    assert result.drained and result.ended == 0 and told == []
