@@ -19,6 +19,7 @@ told which group is which.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -55,13 +56,14 @@ class CandidateScorer(Protocol):
         ...
 
 
-class PerBackend:
+class PerBackend(ABC):
     """A scorer whose score of a backend does not depend on the others: both groups in one `score` call."""
 
     name: str
 
+    @abstractmethod
     def score(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, float]:
-        raise NotImplementedError
+        """Scores in [0, 1] per backend, each from that backend alone."""
 
     def assess(
         self, ctx: RouteContext, now: Sequence[BackendSnapshot], later: Sequence[BackendSnapshot]
