@@ -26,6 +26,7 @@ from gateway.api.asgi import (
     send_bytes,
 )
 from gateway.api.errors import send_error
+from gateway.api.request_checks import check_body
 from gateway.backends.registry import Registry
 from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.records import BackendSnapshot, Decision
@@ -59,6 +60,10 @@ class CompletionsEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = scope.get(STARTED) or time.perf_counter()
+        if not _is_json(scope):
+            message = "the body must be JSON, sent with `content-type: application/json`"
+            await send_error(send, 415, message, "unsupported_media_type")
+            return
         try:
             raw = await read_body(receive, self.max_body)
         except BodyTooLarge:
@@ -121,7 +126,8 @@ class CompletionsEndpoint:
             return None, ("`messages` must be a list of messages", "messages")
         if self.endpoint == "completions" and "prompt" not in body:
             return None, ("`prompt` is required", "prompt")
-        return body, None
+        problem = check_body(body)
+        return (None, problem) if problem is not None else (body, None)
 
     async def _refuse(self, send: Send, decision: Decision) -> None:
         refusal = decision.refusal
@@ -132,6 +138,19 @@ class CompletionsEndpoint:
         if status == 503:
             headers.append((b"retry-after", b"5"))
         await send_error(send, status, message, code, headers=headers)
+
+
+def _is_json(scope: Scope) -> bool:
+    """The request says its body is JSON: `application/json`, with or without parameters (charset).
+
+    Anything else, a missing content type included, is answered 415: a browser may post `text/plain` or
+    a form to a local gateway from any web page without a CORS preflight, and the official clients always
+    send `application/json`."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            media_type: bytes = value.split(b";", 1)[0].strip().lower()
+            return media_type == b"application/json"
+    return False
 
 
 class ModelsEndpoint:

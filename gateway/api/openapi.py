@@ -124,7 +124,7 @@ def _generation(
             },
         },
     }
-    responses = _responses(ok, (400, 401, 404, 413, 429, 502, 503, 504))
+    responses = _responses(ok, (400, 401, 404, 413, 415, 429, 502, 503, 504))
     return {"post": _operation(op_id, summary, responses, requestBody=_body(_ref(request)))}
 
 

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api.errors import error_body
+from gateway.api.request_checks import check_body
 from gateway.policy.load import ReloadResult
 from gateway.records import BackendSnapshot
 
@@ -45,6 +46,9 @@ def policy_admin_routes(
             return _json(400, error_body(400, f"request body is not valid JSON: {exc}", "invalid_json"))
         if not isinstance(body, dict):
             return _json(400, error_body(400, "the body must be a chat or completions request object"))
+        problem = check_body(body)
+        if problem is not None:
+            return _json(400, error_body(400, problem[0], "invalid_request", problem[1]))
         endpoint = str(body.pop("endpoint", "chat"))
         model = body.get("model")
         backends = resolve_pool(model) if isinstance(model, str) else None

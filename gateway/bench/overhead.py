@@ -33,6 +33,8 @@ import uvloop
 
 from gateway.api.asgi import Receive, Scope, Send, read_body, send_bytes
 
+JSON = {"content-type": "application/json"}  # the gateway answers 415 to any other body
+
 
 @dataclass(frozen=True)
 class EngineShape:
@@ -195,7 +197,7 @@ async def _load(url: str, concurrency: int, seconds: float, stream_s: float, pid
             await asyncio.sleep(offset)
             while time.perf_counter() < stop_at:
                 sent = time.perf_counter()
-                async with session.post(url + "/v1/chat/completions", data=body) as response:
+                async with session.post(url + "/v1/chat/completions", data=body, headers=JSON) as response:
                     first = None
                     async for chunk in response.content.iter_any():
                         now = time.perf_counter()

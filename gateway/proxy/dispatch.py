@@ -34,7 +34,7 @@ from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.attempts import NO_BACKEND_LEFT, Failover, Tries
 from gateway.proxy.breaker import Outcome, outcome_of
-from gateway.proxy.exchange import AttemptFailed, Exchange, Job
+from gateway.proxy.exchange import AttemptFailed, Exchange, Job, UnencodableBody
 from gateway.proxy.reliability import Reliability
 from gateway.proxy.upstream import (
     UpstreamConnectError,
@@ -130,6 +130,10 @@ class Dispatcher:
             try:
                 await self._attempt(exchange, backend)
                 return
+            except UnencodableBody as exc:
+                # The client's body, not the backend: no breaker outcome, no failover, a 400.
+                await relay.bad_body(exchange, str(exc))
+                return
             except AttemptFailed as failed:
                 record.failures.append((backend, str(failed)))
                 log.warning(
@@ -142,11 +146,14 @@ class Dispatcher:
         await relay.last_failure(exchange, tries.last)
 
     async def _attempt(self, exchange: Exchange, backend: str) -> None:
-        """One attempt on `backend`, its breaker asked first and told the outcome after."""
+        """One attempt on `backend`, its breaker asked first and told the outcome after. The body is
+        encoded before the breaker is asked: a body that cannot be encoded (UnencodableBody) is the
+        client's and never reaches the breaker."""
+        body = exchange.job.body_for(backend)
         ticket = self.failover.ticket(backend)
         outcome: Outcome = "failure"
         try:
-            outcome = await self._forward(exchange, backend)
+            outcome = await self._forward(exchange, backend, body)
         except asyncio.CancelledError:
             outcome = "client_error"  # the client went away: says nothing about the backend
             raise
@@ -163,14 +170,13 @@ class Dispatcher:
         if outcome == "success":
             self.accounting.note_success(backend)
 
-    async def _forward(self, exchange: Exchange, backend: str) -> Outcome:
+    async def _forward(self, exchange: Exchange, backend: str, body: bytes) -> Outcome:
         """Send the request to `backend` and relay its answer; AttemptFailed before the first byte."""
         job, record = exchange.job, exchange.record
         state = self.registry.backends[backend]
         headers = {"content-type": "application/json"}
         if state.config.api_key:
             headers["authorization"] = f"Bearer {state.config.api_key}"
-        body = job.body_for(backend)
         shared_at_dispatch = self.accounting.dispatching(exchange, backend)
         response: UpstreamResponse | None = None
         try:

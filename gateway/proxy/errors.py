@@ -11,6 +11,7 @@ _TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     502: "upstream_error",
     503: "service_unavailable_error",
     504: "upstream_timeout_error",

@@ -37,7 +37,8 @@ class Job:
     _bodies: dict[str, bytes] = field(default_factory=dict)
 
     def body_for(self, backend: str) -> bytes:
-        """The bytes to send: the client's own, unless the model name or stream_options must change."""
+        """The bytes to send: the client's own, unless the model name or stream_options must change.
+        UnencodableBody when the rewritten body cannot be encoded."""
         served = self.pool.served_name(backend)
         if served == self.body.get("model") and not self.add_usage:
             return self.raw
@@ -49,8 +50,16 @@ class Job:
                     **(options if isinstance(options, dict) else {}),
                     "include_usage": True,
                 }
-            self._bodies[served] = orjson.dumps(body)
+            try:
+                self._bodies[served] = orjson.dumps(body)
+            except orjson.JSONEncodeError as exc:
+                raise UnencodableBody(str(exc)) from exc
         return self._bodies[served]
+
+
+class UnencodableBody(Exception):
+    """The client's body could not be re-encoded for a backend (the door's checks should make this
+    impossible): the client's fault, answered 400, never a backend's failure nor a reason to fail over."""
 
 
 class Exchange:

@@ -163,6 +163,17 @@ async def refuse(exchange: Exchange, refused: Refused) -> None:
     await send_bytes(exchange.send, refused.status, body, head)
 
 
+async def bad_body(exchange: Exchange, why: str) -> None:
+    """The client's body could not be forwarded (it cannot be re-encoded): 400, no backend blamed."""
+    record = exchange.record
+    record.status, record.error = 400, "invalid_request"
+    exchange.commit()
+    head = [(b"content-type", b"application/json"), (ERROR_SOURCE, b"gateway")]
+    head.append((b"x-gateway-profile", exchange.job.profile.encode()))
+    body = error_body(400, f"the request body cannot be forwarded: {why}", "invalid_request")
+    await send_bytes(exchange.send, 400, body, head)
+
+
 async def last_failure(exchange: Exchange, last: AttemptFailed) -> None:
     """Every attempt failed: the last 5xx is passed through as it was, or 502/504 naming every failure."""
     record = exchange.record

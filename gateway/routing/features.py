@@ -7,6 +7,7 @@ Images, video and audio are counted as a fixed number of tokens each, never by t
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -105,7 +106,9 @@ def content_size(body: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
                 token_ids += len(item)
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
-        chars += len(orjson.dumps(tools))  # tool schemas are rendered into the prompt
+        # Tool schemas are rendered into the prompt. One nested past orjson's limit is refused at the door.
+        with contextlib.suppress(orjson.JSONEncodeError):
+            chars += len(orjson.dumps(tools))
     return chars, token_ids, media
 
 
@@ -121,7 +124,7 @@ def _message_chars(content: Any, media: dict[str, int]) -> int:
         kind = part.get("type")
         if kind is None:  # vLLM accepts a part whose only key is image_url
             kind = next((k for k in part if k in _PART_MODALITY), None)
-        if kind in _PART_MODALITY:
+        if isinstance(kind, str) and kind in _PART_MODALITY:  # any other type (a list: unhashable) is text
             media[_PART_MODALITY[kind]] += 1
         elif isinstance(part.get("text"), str):
             chars += len(part["text"])
@@ -131,9 +134,15 @@ def _message_chars(content: Any, media: dict[str, int]) -> int:
 def _tool_call_chars(tool_calls: Any) -> int:
     if not isinstance(tool_calls, list):
         return 0
-    return sum(
-        len(str(c.get("function", {}).get("arguments", ""))) for c in tool_calls if isinstance(c, dict)
-    )
+    chars = 0
+    for call in tool_calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            chars += len(arguments)
+        elif arguments is not None:
+            chars += len(str(arguments))
+    return chars
 
 
 def _prompt_tokens(

@@ -51,3 +51,17 @@ async def test_explain_of_an_unknown_model_is_a_404() -> None:
         response = await stack.http.post("/gateway/explain", json={"model": "nope", "messages": []})
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "model_not_found"
+
+
+async def test_explain_refuses_a_body_the_completion_routes_refuse() -> None:
+    deep: object = {}
+    for _ in range(299):
+        deep = [deep]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "extra": deep}
+    async with gateway_over_fleet("spark-home-35b") as stack:
+        body["model"] = stack.model
+        response = await stack.http.post("/gateway/explain", content=json.dumps(body).encode())
+        streamed = await stack.http.post("/gateway/explain", json={**body, "extra": 1, "stream": "true"})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "extra"
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "stream"

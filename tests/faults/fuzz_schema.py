@@ -66,7 +66,7 @@ def _generation(summary: str, required: str, field: dict[str, Any], model: dict[
                     "description": "the completion (JSON) or its event stream",
                     "content": {"application/json": {"schema": _ANY_OBJECT}, "text/event-stream": {}},
                 },
-                **_errors(400, 401, 404, 413, 429, 502, 503, 504),
+                **_errors(400, 401, 404, 413, 415, 429, 502, 503, 504),
             },
         }
     }

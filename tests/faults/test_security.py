@@ -23,11 +23,13 @@ def bearer(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+JSON_BODY = {"content-type": "application/json"}
 Reply = tuple[int, dict[str, str], bytes]
 
 
 async def call(r: Rig, method: str, path: str, key: str | None, **kw: Any) -> Reply:
-    async with r.session.request(method, r.url + path, headers=bearer(key), **kw) as response:
+    headers = {**bearer(key), **kw.pop("headers", {})}
+    async with r.session.request(method, r.url + path, headers=headers, **kw) as response:
         headers = {k.lower(): v for k, v in response.headers.items()}
         return response.status, headers, await response.read()
 
@@ -83,7 +85,9 @@ async def test_a_body_over_the_limit_is_413_openai_style() -> None:
     big = {**CHAT, "messages": [{"role": "user", "content": padding}]}
     async with rig(fleet_spec("a"), limits={"max_body_bytes": limit}) as r:
         declared = await call(r, "POST", "/v1/chat/completions", None, json=big)
-        chunked = await call(r, "POST", "/v1/chat/completions", None, data=_chunked(orjson.dumps(big)))
+        chunked = await call(
+            r, "POST", "/v1/chat/completions", None, data=_chunked(orjson.dumps(big)), headers=JSON_BODY
+        )
         small = await call(r, "POST", "/v1/chat/completions", None, json=CHAT)
     for status, headers, raw in (declared, chunked):
         assert status == 413, raw

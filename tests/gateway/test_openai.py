@@ -13,13 +13,14 @@ from multidict import CIMultiDict
 from gateway.backends.registry import Status
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+JSON = {"content-type": "application/json"}
 
 
 async def post(url: str, body: Any, raw: bytes | None = None) -> tuple[int, CIMultiDict[str], bytes]:
     data = raw if raw is not None else orjson.dumps(body)
     async with (
         aiohttp.ClientSession() as session,
-        session.post(url + "/v1/chat/completions", data=data) as response,
+        session.post(url + "/v1/chat/completions", data=data, headers=JSON) as response,
     ):
         return response.status, CIMultiDict(response.headers), await response.read()
 

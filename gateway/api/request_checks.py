@@ -1,0 +1,111 @@
+"""Checks at the door of the completion routes: what the gateway itself reads or re-encodes must be sane.
+
+Every request field still passes through untouched; these checks only refuse, with a clear 400, a body
+the gateway could not route or forward safely:
+
+- nesting deeper than `MAX_DEPTH`: the gateway re-encodes the body with orjson when it rewrites the model
+  alias or `stream_options`, and orjson writes at most 254 levels; refusing at the door keeps that
+  failure (and its blame) away from the backends;
+- more than `MAX_MESSAGES` messages, `MAX_TOOLS` tools or `MAX_PARTS` content parts in one message;
+- wrong types in the fields routing reads (routing/features.py): `stream` not a boolean, `messages` not
+  a list of objects, `content` neither a string, a list of parts nor null, `tool_calls` not a list of
+  objects whose `function` is an object, `tools` not a list of objects, `stream_options` not an object.
+
+Numbers the features read (`max_tokens`, `temperature`, `n`, ...) and `response_format` are tolerated
+in any type by routing/features.py and left to the engine to judge.
+
+One bounded pass over the parsed body: the walk stops at the first problem.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Deeper than any real request (a JSON schema in a tool or response_format rarely passes 20 levels), and
+# far under orjson's 254-level limit on writing, so a body the gateway re-encodes always encodes.
+MAX_DEPTH = 64
+MAX_MESSAGES = 4096  # a long agent conversation stays in the hundreds
+MAX_TOOLS = 1024  # engines render every tool schema into the prompt; real requests send tens
+MAX_PARTS = 1024  # content parts (text, images, audio) in one message
+
+Problem = tuple[str, str | None]  # (message, param)
+
+
+def check_body(body: dict[str, Any]) -> Problem | None:
+    """The first problem with a parsed request body, or None when the gateway can route and forward it."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        return "`stream` must be a boolean", "stream"
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return "`stream_options` must be an object", "stream_options"
+    problem = _depth(body)
+    if problem is not None:
+        return problem
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        problem = _messages(messages)
+        if problem is not None:
+            return problem
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+            return "`tools` must be a list of objects", "tools"
+        if len(tools) > MAX_TOOLS:
+            return f"`tools` has {len(tools)} items, over the limit of {MAX_TOOLS}", "tools"
+    return None
+
+
+def _depth(body: dict[str, Any]) -> Problem | None:
+    """A problem if any value sits deeper than MAX_DEPTH containers (the body itself is level 1). Level by
+    level, no recursion: each container is visited once, and the walk stops at the first level too deep."""
+    for key, value in body.items():
+        if not isinstance(value, dict | list):
+            continue
+        level: list[Any] = [value]
+        depth = 2
+        while level:
+            if depth > MAX_DEPTH:
+                return f"{key}: nested deeper than {MAX_DEPTH} levels", str(key)
+            below: list[Any] = []
+            add = below.append
+            for node in level:
+                for child in node.values() if isinstance(node, dict) else node:
+                    if isinstance(child, dict | list):
+                        add(child)
+            level = below
+            depth += 1
+    return None
+
+
+def _messages(messages: list[Any]) -> Problem | None:
+    if len(messages) > MAX_MESSAGES:
+        return f"`messages` has {len(messages)} items, over the limit of {MAX_MESSAGES}", "messages"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"`messages[{i}]` must be an object", f"messages[{i}]"
+        content = message.get("content")
+        if isinstance(content, list):
+            if len(content) > MAX_PARTS:
+                message_text = (
+                    f"`messages[{i}].content` has {len(content)} parts, over the limit of {MAX_PARTS}"
+                )
+                return message_text, f"messages[{i}].content"
+        elif content is not None and not isinstance(content, str):
+            return (
+                f"`messages[{i}].content` must be a string, a list of parts or null",
+                f"messages[{i}].content",
+            )
+        tool_calls = message.get("tool_calls")
+        if tool_calls is None:
+            continue
+        if not isinstance(tool_calls, list):
+            return f"`messages[{i}].tool_calls` must be a list", f"messages[{i}].tool_calls"
+        for j, call in enumerate(tool_calls):
+            param = f"messages[{i}].tool_calls[{j}]"
+            if not isinstance(call, dict):
+                return f"`{param}` must be an object", param
+            function = call.get("function")
+            if function is not None and not isinstance(function, dict):
+                return f"`{param}.function` must be an object", f"{param}.function"
+    return None
