@@ -61,25 +61,6 @@ def plan_exploration(
     return Exploration(backend, why), rate
 
 
-def pick_exploration(
-    sample_counts: Mapping[str, int],
-    credit: float,
-    *,
-    min_samples: int = MIN_SAMPLES,
-    epsilon: float,
-    share: Callable[[str], float] = lambda backend: 1.0,
-) -> tuple[Exploration | None, float]:
-    """plan_exploration with the plan applied at once: the exploration (or None) and the profile's credit
-    after this request, as if every request went where it was routed."""
-    explored, rate = plan_exploration(
-        sample_counts, credit, min_samples=min_samples, epsilon=epsilon, share=share
-    )
-    if rate is None:
-        return None, 0.0  # nothing to measure: no debt carried into the next gap
-    credit += rate
-    return explored, credit - 1.0 if explored is not None else credit
-
-
 class ExplorationLedger:
     """The exploration state of one router: credit per profile and, per (backend, profile) cell, when
     explorations were sent within the window (requests still in flight count, so a burst of arrivals cannot

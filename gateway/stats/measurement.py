@@ -17,6 +17,7 @@ from typing import Protocol
 
 from gateway.backends.engine_metrics import FLAVORS, Flavor
 from gateway.backends.fetch import Fetch
+from gateway.backends.identity import BackendIdentity, identity
 from gateway.backends.scraper import MetricsScraper, ScrapeTarget
 from gateway.records import Sample
 from gateway.settings import BackendConfig, MeasurementConfig, PoolConfig
@@ -112,10 +113,10 @@ def _share(shared_s: float, span_s: float) -> float:
 
 def backend_identities(
     backends: Sequence[BackendConfig], pools: Sequence[PoolConfig]
-) -> dict[str, snapshot.BackendIdentity]:
+) -> dict[str, BackendIdentity]:
     """Each backend's identity for snapshots: name, URL and the model names its pools send it."""
     served = {b.name: [p.served_name(b.name) for p in pools if b.name in p.backends] for b in backends}
-    return {b.name: snapshot.identity(b.name, b.url, served[b.name]) for b in backends}
+    return {b.name: identity(b.name, b.url, served[b.name]) for b in backends}
 
 
 def scrape_targets(backends: Iterable[BackendConfig]) -> list[ScrapeTarget]:

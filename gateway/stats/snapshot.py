@@ -23,9 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gateway.backends.identity import BackendIdentity as BackendIdentity
-from gateway.backends.identity import identity as identity
-from gateway.backends.identity import identity_from_json, identity_json
+from gateway.backends.identity import BackendIdentity, identity_from_json, identity_json
 from gateway.records import Sample
 from gateway.state_files import write_atomic
 from gateway.stats.live import LiveRecorder

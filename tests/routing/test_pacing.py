@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.records import ExplorationPlan
-from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, pick_exploration, plan_exploration
+from gateway.routing.cells import MIN_SAMPLES
+from gateway.routing.pacing import MAX_EPSILON, Exploration, ExplorationLedger, plan_exploration
+
+
+def pick_exploration(
+    sample_counts: Mapping[str, int],
+    credit: float,
+    *,
+    min_samples: int = MIN_SAMPLES,
+    epsilon: float,
+    share: Callable[[str], float] = lambda backend: 1.0,
+) -> tuple[Exploration | None, float]:
+    """plan_exploration with the plan applied at once, as the ledger does once a request is sent: the
+    exploration (or None) and the profile's credit after this request, every request going where routed."""
+    explored, rate = plan_exploration(
+        sample_counts, credit, min_samples=min_samples, epsilon=epsilon, share=share
+    )
+    if rate is None:
+        return None, 0.0  # nothing to measure: no debt carried into the next gap
+    credit += rate
+    return explored, credit - 1.0 if explored is not None else credit
 
 
 def explorations(counts: dict[str, int], requests: int, **kwargs: Any) -> list[str | None]:

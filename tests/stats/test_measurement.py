@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.app import build_gateway
+from gateway.backends.identity import identity
 from gateway.records import Sample
 from gateway.settings import MeasurementConfig, load_settings
 from gateway.stats import snapshot
@@ -37,9 +38,9 @@ def _saved(state_dir: Path) -> None:
     """A snapshot holding this gateway's fp8-mtp, a twin's fp8-base (same name, loopback URL) and a
     backend this config does not have."""
     saved = {
-        "fp8-mtp": snapshot.identity("fp8-mtp", "http://10.0.0.5:8102", [MODEL]),
-        "fp8-base": snapshot.identity("fp8-base", "http://127.0.0.1:41234", [MODEL]),
-        "q475-dflash": snapshot.identity("q475-dflash", "http://127.0.0.1:41235", ["Qwen3.6-35B-A3B"]),
+        "fp8-mtp": identity("fp8-mtp", "http://10.0.0.5:8102", [MODEL]),
+        "fp8-base": identity("fp8-base", "http://127.0.0.1:41234", [MODEL]),
+        "q475-dflash": identity("q475-dflash", "http://127.0.0.1:41235", ["Qwen3.6-35B-A3B"]),
     }
     recorder = LiveRecorder()
     now = recorder.now()

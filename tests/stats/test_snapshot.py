@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from gateway.backends.identity import identity
 from gateway.records import Sample
 from gateway.stats import snapshot
 from gateway.stats.live import LiveRecorder
 
 NOW = 1_760_000_000.0  # wall-clock epoch seconds
 IDS = {
-    name: snapshot.identity(name, f"http://127.0.0.1:{port}", ["qwen"])
+    name: identity(name, f"http://127.0.0.1:{port}", ["qwen"])
     for name, port in (("mtp", 8102), ("plain", 8101), ("b", 8103))
 }
 
@@ -153,8 +154,8 @@ def test_a_cell_is_restored_only_into_the_backend_of_the_same_identity(
     snapshot.save(_filled(), tmp_path, NOW, IDS)
     # Same names, but "mtp" is now another engine (another URL) and "plain" serves another model.
     now_configured = {
-        "mtp": snapshot.identity("mtp", "http://10.0.0.7:8000", ["qwen"]),
-        "plain": snapshot.identity("plain", IDS["plain"].url, ["qwen-vision"]),
+        "mtp": identity("mtp", "http://10.0.0.7:8000", ["qwen"]),
+        "plain": identity("plain", IDS["plain"].url, ["qwen-vision"]),
     }
     restored = LiveRecorder()
     caplog.set_level(logging.WARNING, logger="gateway.stats.snapshot")
@@ -191,7 +192,7 @@ def test_an_old_format_snapshot_is_ignored_with_a_log_line(
 
 
 def test_the_saved_identity_leaves_url_credentials_out(tmp_path: Path) -> None:
-    secret = {"b": snapshot.identity("b", "http://user:s3cret@10.0.0.9:8000", ["qwen"])}
+    secret = {"b": identity("b", "http://user:s3cret@10.0.0.9:8000", ["qwen"])}
     rec = LiveRecorder()
     rec.record("b", "p", _sample(0), now=NOW - 1)
     path = snapshot.save(rec, tmp_path, NOW, secret)
