@@ -8,7 +8,7 @@ completion observers (live statistics) plug in through `build_gateway`'s argumen
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,17 +19,25 @@ from starlette.routing import Route
 from gateway.api.admin import Backends, Health, Metrics, Ready
 from gateway.api.asgi import DirectRoutes, RequestContext
 from gateway.api.auth import ApiKeyAuth
+from gateway.api.body_parse import body_parser
+from gateway.api.engines_admin import engines_admin_routes
 from gateway.api.errors import ServerErrors, exception_handlers
 from gateway.api.limits import BodySizeLimit
 from gateway.api.openai import CompletionsEndpoint, ModelsEndpoint, Router
 from gateway.api.openapi import OpenApi
 from gateway.api.outlook import Outlook
 from gateway.api.policy_admin import PoolResolver, policy_admin_routes
+from gateway.api.response_ids import ResponseIds
+from gateway.api.shaped import CLIENT_PATHS, SHAPES, CapableRouter, ResponseById, ShapedEndpoint
 from gateway.api.stats import Stats
 from gateway.backends.prober import Prober
 from gateway.backends.registry import Registry
+from gateway.backends.scraper import MetricsScraper
 from gateway.backends.warmup import Warmups
 from gateway.config_check import known_backends
+from gateway.engines.manager import EngineManager
+from gateway.engines.metrics import EngineCollector
+from gateway.engines.on_demand import StartOnDemand
 from gateway.policy.load import PolicyWatcher
 from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job, Observer
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
@@ -67,6 +75,8 @@ class Gateway:
     reliability: Reliability | None = None  # breakers, admission slots and wait queues
     drain: DrainTracker = field(default_factory=DrainTracker)  # graceful shutdown on SIGTERM
     measurement: Measurement | None = None  # live windows, engine scraper, snapshots
+    engines: EngineManager | None = None  # engine containers found, started and stopped on demand
+    response_ids: ResponseIds | None = None  # which backend stored each Responses API response
 
 
 def build_gateway(
@@ -89,7 +99,9 @@ def build_gateway(
         pools=settings.pools,
     )
     metrics.registry.register(LiveCollector(measurement.recorder, measurement.scraper))
-    running = [*services, measurement]
+    # Stored responses live on the backend that made them; where, is kept beside the live snapshots.
+    response_ids = ResponseIds(measurement.state_dir)
+    running = [*services, measurement, response_ids]
     watcher = None
     booking: list[DispatchListener] = []
     if router is None and settings.policy is not None:
@@ -107,7 +119,14 @@ def build_gateway(
     reliability = Reliability(settings, warmups)
     registry.listeners += [reliability.on_status, warmups.on_status]
     registry.breaker_open = reliability.breaker_open
+    if measurement.scraper is not None:
+        registry.engine_waiting = engine_queue(measurement.scraper)
     metrics.registry.register(ReliabilityCollector(reliability))
+    prober = Prober(registry, settings.probe, transport.get)
+    engines = engine_manager(settings, registry, prober, reliability, metrics)
+    if engines is not None:
+        running.append(engines)
+        observers = [*observers, engines.observe]  # each backend's time per request: its queue's cost
     dispatcher = Dispatcher(
         registry,
         transport,
@@ -119,7 +138,7 @@ def build_gateway(
     return Gateway(
         settings=settings,
         registry=registry,
-        prober=Prober(registry, settings.probe, transport.get),
+        prober=prober,
         transport=transport,
         router=router or LeastBusyRouter(),
         dispatcher=dispatcher,
@@ -130,6 +149,8 @@ def build_gateway(
         # At the drain deadline, what is still in flight is ended by its exchange (error frame, [DONE]).
         drain=DrainTracker(end_inflight=dispatcher.end_all),
         measurement=measurement,
+        response_ids=response_ids,
+        engines=engines,
     )
 
 
@@ -142,6 +163,38 @@ def adaptive_scorer(measurement: Measurement, backends: Sequence[BackendConfig])
         hints=scraper.hint if scraper is not None else None,
         devices={b.name: b.device for b in backends if b.device is not None},
     )
+
+
+def engine_manager(
+    settings: Settings,
+    registry: Registry,
+    prober: Prober,
+    reliability: Reliability,
+    metrics: GatewayMetrics,
+) -> EngineManager | None:
+    """The engine manager when the config declares engines or names a Docker API; backends it adds at
+    run time get admission slots like configured ones."""
+    if not settings.engines and settings.engine_control.docker_url is None:
+        return None
+    manager = EngineManager(settings, registry, prober)
+    registry.listeners.append(manager.on_status)
+
+    def slots_for_all() -> None:
+        reliability.admission.configure({n: s.config.max_concurrency for n, s in registry.backends.items()})
+
+    registry.membership.append(slots_for_all)
+    metrics.registry.register(EngineCollector(manager))
+    return manager
+
+
+def engine_queue(scraper: MetricsScraper) -> Callable[[str], float | None]:
+    """Requests waiting inside a backend's engine by its latest report; None when unknown or stale."""
+
+    def waiting(backend: str) -> float | None:
+        hint = scraper.hint(backend)
+        return hint.waiting if hint is not None and hint.fresh else None
+
+    return waiting
 
 
 def book_explorations(scorer: AdaptiveScorer) -> DispatchListener:
@@ -169,14 +222,38 @@ def build_app(gateway: Gateway) -> Starlette:
             await gateway.prober.stop()
             await gateway.transport.aclose()
 
-    max_body = gateway.settings.limits.max_body_bytes
+    limits = gateway.settings.limits
+    max_body = limits.max_body_bytes
     waits = gateway.reliability is not None
+    parser = body_parser(limits)
+    # With engines, a request's candidates pass the engine manager first (it starts what is needed).
+    router = StartOnDemand(gateway.router, gateway.engines) if gateway.engines else gateway.router
     completions = {
         kind: CompletionsEndpoint(
-            kind, gateway.registry, gateway.router, gateway.dispatcher, max_body, can_wait=waits
+            kind,
+            gateway.registry,
+            CapableRouter(router),  # only backends serving the API (`endpoints:`) are candidates
+            gateway.dispatcher,
+            max_body,
+            can_wait=waits,
+            parser=parser,
         )
         for kind in ("chat", "completions")
     }
+    shaped = {
+        kind: ShapedEndpoint(
+            shape,
+            gateway.registry,
+            router,
+            gateway.dispatcher,
+            max_body,
+            can_wait=waits,
+            parser=parser,
+            response_ids=gateway.response_ids,
+        )
+        for kind, shape in SHAPES.items()
+    }
+    shaped_paths = {path: shaped[kind] for path, kind in CLIENT_PATHS.items()}
     backends = (
         Backends(gateway.registry, gateway.reliability.details, gateway.reliability.queues)
         if gateway.reliability is not None
@@ -185,32 +262,42 @@ def build_app(gateway: Gateway) -> Starlette:
     routes = [
         Route("/v1/chat/completions", completions["chat"], methods=["POST"]),
         Route("/v1/completions", completions["completions"], methods=["POST"]),
+        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in shaped_paths.items()),
         Route("/v1/models", ModelsEndpoint(gateway.registry), methods=["GET"]),
         Route("/health", Health(), methods=["GET"]),
         Route("/ready", Ready(gateway.registry), methods=["GET"]),
         Route("/metrics", Metrics(gateway.metrics), methods=["GET"]),
         Route("/gateway/backends", backends, methods=["GET"]),
     ]
+    if gateway.response_ids is not None:
+        by_id = ResponseById(
+            gateway.registry, gateway.response_ids, gateway.transport.get, gateway.settings.timeouts.idle_s
+        )
+        routes.append(Route("/v1/responses/{response_id}", by_id, methods=["GET", "DELETE"]))
+    if gateway.engines is not None:
+        routes += engines_admin_routes(gateway.engines)
     if gateway.measurement is not None:
         stats = Stats(gateway.measurement.recorder, gateway.measurement.scraper)
         routes.append(Route("/gateway/stats", stats, methods=["GET"]))
     if gateway.policy is not None and isinstance(gateway.router, PolicyRouter):
         outlook = Outlook(gateway.reliability) if gateway.reliability is not None else None
+        explainer = router if isinstance(router, StartOnDemand) else gateway.router  # says when it starts
         routes += policy_admin_routes(
-            gateway.router, gateway.policy, _pool_resolver(gateway.registry), outlook
+            explainer, gateway.policy, _pool_resolver(gateway.registry), outlook, parser.limits
         )
     # Last, so it describes exactly the routes registered above.
     served = [*(route.path for route in routes), "/openapi.json"]
     routes.append(Route("/openapi.json", OpenApi(served, _model_names(gateway.registry)), methods=["GET"]))
     # The two generation routes skip Starlette's routing and exception layers (same middleware).
     direct = {"/v1/chat/completions": completions["chat"], "/v1/completions": completions["completions"]}
+    direct.update(shaped_paths)
     app = DirectRoutes(
         routes=routes, lifespan=lifespan, direct=direct, exception_handlers=exception_handlers()
     )
     app.state.gateway = gateway
     # Outermost last: request context -> JSON 500 guard -> drain guard -> API keys -> body limit ->
     # routes, so an unauthenticated client never makes the gateway read its body.
-    app.add_middleware(BodySizeLimit, max_bytes=max_body)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body, read_timeout_s=limits.read_timeout_s)
     app.add_middleware(ApiKeyAuth, config=gateway.settings.auth)
     app.add_middleware(DrainGuard, tracker=gateway.drain, retry_after_seconds=5)
     app.add_middleware(ServerErrors)

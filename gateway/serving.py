@@ -8,15 +8,34 @@ import asyncio
 import logging
 import socket
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
+from gateway.api.http_protocol import HeadLimits, http_protocol
+from gateway.settings import Limits
 from gateway.shutdown import DrainResult, DrainTracker, drain_then
 
 log = logging.getLogger("gateway.serve")
 
+KEEP_ALIVE_S = 75  # nginx's default
+
 # Once the drain is over, what is left is cut off: uvicorn need not wait again.
 _AFTER_DRAIN_S = 1
+
+
+def server_options(limits: Limits) -> dict[str, Any]:
+    """uvicorn options every gateway server runs with (`spark-gateway serve`, and tests through a socket):
+    the httptools protocol with the head limits and JSON protocol errors (api/http_protocol.py)."""
+    head = HeadLimits(limits.max_head_bytes, limits.max_header_line_bytes, limits.read_timeout_s)
+    return {
+        "http": http_protocol(head),
+        "access_log": False,  # one log line per request costs more than the whole proxy path
+        # Idle keep-alive connections close after this long. Longer than the clients' own idle expiry
+        # (httpx 5 s, aiohttp 15 s), so the client closes first: with uvicorn's 5 s a client could reuse
+        # a connection the server was closing, and its POST died with "connection reset by peer".
+        "timeout_keep_alive": KEEP_ALIVE_S,
+    }
 
 
 class DrainingServer(uvicorn.Server):

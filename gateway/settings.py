@@ -34,6 +34,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.records.endpoints import Endpoint
 from gateway.redact import without_credentials
 from gateway.yaml_lines import Loc, dotted, locate
 
@@ -71,6 +72,12 @@ class BackendConfig(_Strict):
     # Seconds this backend takes from start to ready, until the gateway has seen it warm up (then it
     # learns them); default: its flavor's (backends/flavors.py). Feeds the warm-up ETA and Retry-After.
     warmup_s: float | None = Field(default=None, gt=0)
+    # The client APIs it serves natively (chat, messages, responses, embeddings, ...); default: its
+    # flavor's (backends/flavors.py). Requests for an API no backend of the pool serves get a 400.
+    endpoints: frozenset[Endpoint] | None = None
+    # A backend serving chat but not Messages: the gateway translates /v1/messages to chat and back.
+    # None: on for such backends; false: Messages never go there.
+    translate_messages: bool | None = None
 
     @field_validator("url")
     @classmethod
@@ -133,9 +140,26 @@ class ProbeConfig(_Strict):
 
 
 class Limits(_Strict):
+    """What one client request may cost before it is refused at the door (docs/reliability.md, Limits).
+    The defaults protect a 2-core box and are far above what a real OpenAI request needs."""
+
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_attempts: int = Field(default=3, ge=1, description="backends tried per request before giving up")
     connections: int = Field(default=1024, ge=1, description="upstream connection pool size")
+    # The request head (request line and headers): 431 past either limit, before auth and the body.
+    max_head_bytes: int = Field(default=64 * 1024, ge=1024, description="request line + all headers")
+    max_header_line_bytes: int = Field(default=16 * 1024, ge=256, description="one header or the URL")
+    # A head or body still arriving this long after it began gets 408 and the connection is closed.
+    read_timeout_s: float = Field(default=30.0, gt=0)
+    max_messages: int = Field(default=4096, ge=1)
+    max_tools: int = Field(default=1024, ge=1)
+    max_parts: int = Field(default=1024, ge=1, description="content parts in one message")
+    # orjson writes at most 254 levels, and the gateway re-encodes bodies it rewrites.
+    max_depth: int = Field(default=64, ge=8, le=200, description="JSON nesting of a body")
+    # Bodies at least this big are parsed and checked off the event loop, so streams keep flowing.
+    parse_offload_bytes: int = Field(default=256 * 1024, ge=0)
+    # Bytes of body being parsed off the loop at once (a parsed tree is ~15x its JSON): more wait.
+    parse_budget_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
 
 class BreakerSettings(_Strict):
@@ -148,6 +172,23 @@ class BreakerSettings(_Strict):
     cooldown_s: float = Field(default=5.0, gt=0)
     max_cooldown_s: float = Field(default=120.0, gt=0)
     half_open_probes: int = Field(default=1, ge=1)
+
+
+class StallSettings(_Strict):
+    """Hang detection from what the gateway measures (docs/reliability.md, Stalled backends): a backend
+    whose in-flight streams produce no byte for far longer than it usually takes is stalled; new requests
+    avoid it and the requests waiting there for their first content fail over."""
+
+    enabled: bool = True
+    # The floor of the silence allowed, whatever the backend measured so far (a few seconds).
+    min_silence_s: float = Field(default=3.0, gt=0)
+    # The silence allowed is this multiple of the backend's recent p95 first-token and inter-token times.
+    multiple: float = Field(default=4.0, ge=1)
+    # The prompts waiting for their first content, N tokens in all (estimated at 4 bytes of body per
+    # token), add N / this many seconds: prefill is silence too. Below a GB10's rate for a 27B model
+    # (~6,000 tok/s), so a slower device or a bigger model is not taken for a hung one.
+    prefill_tokens_per_s: float = Field(default=2000.0, gt=0)
+    check_interval_s: float = Field(default=0.25, gt=0, description="how often in-flight work is checked")
 
 
 class QueueSettings(_Strict):
@@ -186,6 +227,50 @@ class MeasurementConfig(_Strict):
                     )
                     raise ConfigConflict(("measurement", key), message)
         return data
+
+
+class EngineConfig(_Strict):
+    """A managed engine (gateway/engines/, docs/engines.md): the container the gateway creates, starts when
+    a request needs it and stops after its idle TTL, within its device's memory budget."""
+
+    name: str = Field(min_length=1, description="also the backend's name")
+    model: str = Field(min_length=1, description="the model name clients send (its pool)")
+    served_name: str | None = Field(default=None, description="the name the engine serves, if different")
+    image: str = Field(min_length=1)
+    command: tuple[str, ...] = ()
+    environment: dict[str, str] = Field(default_factory=dict)
+    # host path -> container path, with ":ro" appended for a read-only mount
+    volumes: dict[str, str] = Field(default_factory=dict)
+    # Docker device requests as the Engine API takes them, e.g. {driver: nvidia, count: -1,
+    # capabilities: [[gpu]]}
+    device_requests: tuple[dict[str, Any], ...] = ()
+    working_dir: str | None = None
+    port: int = Field(ge=1, le=65535, description="where it listens on 127.0.0.1 (host network)")
+    flavor: Flavor = "vllm"
+    max_concurrency: int | None = Field(default=None, ge=1)
+    memory_gib: float = Field(gt=0, description="its resident footprint on its device")
+    device: str = Field(default="spark", min_length=1)
+    warmup_s: float | None = Field(default=None, gt=0, description="warm-up budget: start to ready")
+    pinned: bool = False  # never evicted, never stopped for idleness
+    idle_ttl_s: float | None = Field(default=600.0, gt=0, description="None: never stopped when idle")
+
+
+class DeviceConfig(_Strict):
+    memory_gib: float = Field(gt=0, description="what resident engines may use together")
+
+
+class EngineControl(_Strict):
+    """How the gateway drives engine containers (the `engine_control:` section)."""
+
+    # The Docker Engine API (docker or podman's); None: DOCKER_HOST, else the default socket.
+    docker_url: str | None = None
+    min_residency_s: float = Field(default=60.0, ge=0, description="a started engine stays this long")
+    drain_timeout_s: float = Field(default=30.0, ge=0, description="longest wait for in-flight to end")
+    stop_timeout_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL")
+    resync_s: float = Field(default=30.0, gt=0, description="full container listing, besides events")
+    # A start that must evict gathers the requests for its model this long at most, until they outweigh
+    # what the eviction costs the victims' clients (engines/budget.py); 0: it evicts at once.
+    batch_wait_s: float = Field(default=0.0, ge=0, description="longest wait to batch a swap's requests")
 
 
 AuthNeed = Literal["open", "client", "admin"]  # who may call a path: anyone, a client key, the admin key
@@ -237,9 +322,13 @@ class Settings(BaseSettings):
     )
     measurement: MeasurementConfig = MeasurementConfig()
     breaker: BreakerSettings = BreakerSettings()
+    stall: StallSettings = StallSettings()
     queue: QueueSettings = QueueSettings()
     shutdown: ShutdownSettings = ShutdownSettings()
     auth: AuthConfig = AuthConfig()
+    engines: tuple[EngineConfig, ...] = ()
+    devices: dict[str, DeviceConfig] = Field(default_factory=dict)
+    engine_control: EngineControl = EngineControl()
 
     @classmethod
     def settings_customise_sources(
@@ -266,6 +355,7 @@ class Settings(BaseSettings):
                 if backend not in names:
                     raise ConfigConflict(loc, f"pool {pool.model!r} names unknown backend {backend!r}")
         _unique_model_names(self.pools)
+        _engines_fit(self)
         return self
 
     def backend(self, name: str) -> BackendConfig:
@@ -302,6 +392,20 @@ def _unique_model_names(pools: Sequence[PoolConfig]) -> None:
                 raise ConfigConflict(loc, f"model name {name!r} is already {owner[name]}")
             kind = "the model" if loc[-1] == "model" else "an alias"
             owner[name] = f"{kind} of pool {pool.model!r} ({dotted(loc)})"
+
+
+def _engines_fit(settings: Settings) -> None:
+    """Engine names are backend names too, and an engine must fit its device's budget on its own."""
+    taken = {b.name for b in settings.backends}
+    for i, engine in enumerate(settings.engines):
+        if engine.name in taken:
+            raise ConfigConflict(("engines", i, "name"), f"name {engine.name!r} is already a backend's")
+        taken.add(engine.name)
+        device = settings.devices.get(engine.device)
+        if device is not None and engine.memory_gib > device.memory_gib:
+            budget = f"device {engine.device!r}'s {device.memory_gib:g} GiB"
+            message = f"{engine.memory_gib:g} GiB is over {budget}"
+            raise ConfigConflict(("engines", i, "memory_gib"), message)
 
 
 class SettingsError(ValueError):

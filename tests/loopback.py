@@ -13,11 +13,14 @@ import uvicorn
 
 
 @asynccontextmanager
-async def serve_asgi(app: Any, stop_timeout_s: float = 15.0) -> AsyncIterator[tuple[str, uvicorn.Server]]:
-    """Yield (base URL, server) once uvicorn accepts connections; always shut it down afterwards."""
+async def serve_asgi(
+    app: Any, stop_timeout_s: float = 15.0, **options: Any
+) -> AsyncIterator[tuple[str, uvicorn.Server]]:
+    """Yield (base URL, server) once uvicorn accepts connections; always shut it down afterwards.
+    `options` go to uvicorn.Config (gateway/serving.py `server_options`: what `serve` runs with)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", **options))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(10):

@@ -91,6 +91,9 @@ class Explanation(Open):
         description="backends out for now only (warming up, full, breaker open), best first: what the "
         "request could wait for",
     )
+    spill: str | None = Field(
+        None, description="set when the first choice was saturated and the request spilled to the next"
+    )
     refusal: dict[str, Any] | None
     outcome: dict[str, Any] | None = Field(None, description="served, refused, or a wait and how it ends")
 

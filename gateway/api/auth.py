@@ -2,9 +2,10 @@
 
 Keys are configured as SHA-256 hashes (`spark-gateway hash-key` prints one), so the configuration file
 holds no secret; the `auth:` section (AuthConfig) is plain settings, in gateway/settings.py. A presented
-key (`Authorization: Bearer <key>`) is hashed and compared with every configured hash through
-hmac.compare_digest, without stopping at the first match, so the time taken says nothing about which key
-or how much of it matched. Keys are never logged nor echoed in errors.
+key (`Authorization: Bearer <key>`, or `x-api-key: <key>` as Anthropic clients send it) is hashed and
+compared with every configured hash through hmac.compare_digest, without stopping at the first match, so
+the time taken says nothing about which key or how much of it matched. Keys are never logged nor
+echoed in errors.
 
 Who may call what:
 - /health and /ready: always open (container health checks, load balancers).
@@ -59,7 +60,7 @@ class ApiKeyAuth:
             scope[AUTH_ROLE] = "anonymous"
             await self.app(scope, receive, send)
             return
-        presented = _bearer(scope)
+        presented = _bearer(scope) or _x_api_key(scope)
         role = self.role_of(presented)
         refusal = self._refusal(self.need(scope["path"]), role, has_key=presented is not None)
         if refusal is not None:
@@ -113,6 +114,13 @@ def _bearer(scope: Scope) -> str | None:
     scheme, _, token = raw.decode("latin-1").strip().partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
+
+
+def _x_api_key(scope: Scope) -> str | None:
+    """The Anthropic clients' header (Claude Code and the anthropic SDK send `x-api-key: <key>`)."""
+    raw = header(scope, b"x-api-key")
+    key = raw.decode("latin-1").strip() if raw is not None else ""
+    return key or None
 
 
 async def _send_auth_error(send: Send, status: int, message: str, code: str) -> None:

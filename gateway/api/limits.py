@@ -2,10 +2,15 @@
 
 BodySizeLimit: pure-ASGI middleware answering 413 (OpenAI-style body) when a request body is larger than
 the limit, judged first by Content-Length and then by counting the streamed body, so an oversized or lying
-client is cut off without the gateway ever buffering more than the limit.
+client is cut off without the gateway ever buffering more than the limit; and 408 when the body has not
+arrived `read_timeout_s` after the request reached the app (a body that never completes would otherwise
+hold its connection and its task for good). The request head's limits are the protocol's
+(api/http_protocol.py).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from gateway.api.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from gateway.api.errors import send_error
@@ -18,11 +23,12 @@ class BodySizeLimit:
     as the app reads it; past the limit the client gets the 413, the app sees a disconnect (so it stops
     reading and never gets the excess), and anything the app sends afterwards is dropped."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, read_timeout_s: float | None = None) -> None:
         if max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -42,6 +48,10 @@ class BodySizeLimit:
         message = f"Request body too large: the limit is {self.max_bytes} bytes."
         await send_error(send, 413, message, "request_too_large", headers=[(b"connection", b"close")])
 
+    async def time_out(self, send: Send) -> None:
+        message = f"The request body did not arrive within {self.read_timeout_s:g} s."
+        await send_error(send, 408, message, "request_timeout", headers=[(b"connection", b"close")])
+
 
 class _LimitedExchange:
     """One request through BodySizeLimit: counts the body, remembers whether a response has started."""
@@ -53,6 +63,9 @@ class _LimitedExchange:
         self._seen = 0
         self._started = False
         self._refused = False
+        self._body_done = False
+        timeout = limit.read_timeout_s
+        self._deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
 
     async def run(self, scope: Scope) -> None:
         await self._limit.app(scope, self.receive, self.send)
@@ -60,8 +73,16 @@ class _LimitedExchange:
     async def receive(self) -> Message:
         if self._refused:
             return {"type": "http.disconnect"}
-        message = await self._receive()
+        if self._body_done or self._deadline is None:
+            message = await self._receive()  # past the body: the app waits for a disconnect, untimed
+        else:
+            try:
+                async with asyncio.timeout_at(self._deadline):
+                    message = await self._receive()
+            except TimeoutError:
+                return await self._timed_out()
         if message["type"] == "http.request":
+            self._body_done = not message.get("more_body", False)
             self._seen += len(message.get("body", b""))
             if self._seen > self._limit.max_bytes:
                 self._refused = True
@@ -70,6 +91,13 @@ class _LimitedExchange:
                     await self._limit.refuse(self._send)
                 return {"type": "http.disconnect"}
         return message
+
+    async def _timed_out(self) -> Message:
+        self._refused = True
+        if not self._started:
+            self._started = True
+            await self._limit.time_out(self._send)
+        return {"type": "http.disconnect"}
 
     async def send(self, message: Message) -> None:
         if self._refused:

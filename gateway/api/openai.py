@@ -8,6 +8,7 @@ and `stream_options.include_usage` (to meter streamed tokens) are ever rewritten
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -22,14 +23,19 @@ from gateway.api.asgi import (
     Receive,
     Scope,
     Send,
+    header,
     read_body,
     send_bytes,
 )
+from gateway.api.body_parse import BadJson, BodyParser
 from gateway.api.errors import send_error
-from gateway.api.request_checks import check_body
+from gateway.api.request_checks import DEFAULT_LIMITS
 from gateway.backends.registry import Registry
 from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.records import BackendSnapshot, Decision
+
+# Without settings (tests, benches): bodies of at least this size are parsed in steps (api/body_parse.py).
+_OFFLOAD_BYTES = 256 * 1024
 
 
 class Router(Protocol):
@@ -49,6 +55,7 @@ class CompletionsEndpoint:
         dispatcher: Dispatcher,
         max_body: int,
         can_wait: bool = False,
+        parser: BodyParser | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
@@ -57,6 +64,7 @@ class CompletionsEndpoint:
         self.dispatcher = dispatcher
         self.max_body = max_body
         self.can_wait = can_wait  # dispatch queues for a slot or a warming backend (admission is wired)
+        self.parser = parser or BodyParser(DEFAULT_LIMITS, _OFFLOAD_BYTES, max_body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = scope.get(STARTED) or time.perf_counter()
@@ -64,14 +72,33 @@ class CompletionsEndpoint:
             message = "the body must be JSON, sent with `content-type: application/json`"
             await send_error(send, 415, message, "unsupported_media_type")
             return
+        # A big body declared by its Content-Length is read and parsed under the parse budget.
+        async with self.parser.reserved(_declared_length(scope)):
+            try:
+                raw = await read_body(receive, self.max_body)
+            except BodyTooLarge:
+                await send_error(send, 413, f"request body over {self.max_body} bytes", "request_too_large")
+                return
+            except ClientGone:
+                return
+            if len(raw) >= self.parser.offload_bytes:
+                await asyncio.sleep(0)  # joining a big body's chunks was one copy: let the loop run
+            body, problem = await self._parse(raw)
         try:
-            raw = await read_body(receive, self.max_body)
-        except BodyTooLarge:
-            await send_error(send, 413, f"request body over {self.max_body} bytes", "request_too_large")
-            return
-        except ClientGone:
-            return
-        body, problem = self._parse(raw)
+            await self._handle(scope, receive, send, started, raw, body, problem)
+        finally:
+            await self.parser.dispose(body, len(raw))  # a big tree freed in steps, not all at once
+
+    async def _handle(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        started: float,
+        raw: bytes,
+        body: dict[str, Any] | None,
+        problem: tuple[str, str | None] | None,
+    ) -> None:
         if problem is not None:
             await send_error(send, 400, problem[0], "invalid_request", problem[1])
             return
@@ -111,13 +138,20 @@ class CompletionsEndpoint:
             add_usage=stream and not asked_usage,
             exploration=decision.exploration,
         )
+        await self._dispatch(job, receive, send)
+
+    async def _dispatch(self, job: Job, receive: Receive, send: Send) -> None:
+        """Hand the job to dispatch; the other APIs' routes (api/shaped.py) adjust it first."""
         await self.dispatcher.run(job, receive, send)
 
-    def _parse(self, raw: bytes) -> tuple[dict[str, Any] | None, tuple[str, str | None] | None]:
+    async def _parse(self, raw: bytes) -> tuple[dict[str, Any] | None, tuple[str, str | None] | None]:
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            return None, (f"the body is not valid JSON: {exc}", None)
+            parsed = await self.parser.parse(raw)
+        except BadJson as exc:
+            return None, (str(exc), None)
+        body = parsed.body
+        if parsed.problem is not None:
+            return None, parsed.problem
         if not isinstance(body, dict):
             return None, ("the body must be a JSON object", None)
         if not isinstance(body.get("model"), str):
@@ -126,7 +160,7 @@ class CompletionsEndpoint:
             return None, ("`messages` must be a list of messages", "messages")
         if self.endpoint == "completions" and "prompt" not in body:
             return None, ("`prompt` is required", "prompt")
-        problem = check_body(body)
+        problem = await self.parser.check(body, len(raw))
         return (None, problem) if problem is not None else (body, None)
 
     async def _refuse(self, send: Send, decision: Decision) -> None:
@@ -138,6 +172,12 @@ class CompletionsEndpoint:
         if status == 503:
             headers.append((b"retry-after", b"5"))
         await send_error(send, status, message, code, headers=headers)
+
+
+def _declared_length(scope: Scope) -> int:
+    """The body size the client declared, 0 when it did not (chunked) or declared nonsense."""
+    value = header(scope, b"content-length")
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 def _is_json(scope: Scope) -> bool:

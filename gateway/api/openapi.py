@@ -18,6 +18,7 @@ from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
 from gateway import __version__
 from gateway.api import admin_models as admin
+from gateway.api import agent_models as agent
 from gateway.api import openai_models as oai
 from gateway.api.asgi import Receive, Scope, Send, send_bytes
 
@@ -39,6 +40,14 @@ _MODELS: tuple[type[BaseModel], ...] = (
     admin.Explanation,
     admin.ReloadAccepted,
     admin.ReloadRejected,
+    agent.MessagesRequest,
+    agent.CountTokensRequest,
+    agent.ResponsesRequest,
+    agent.EmbeddingsRequest,
+    agent.RerankRequest,
+    agent.TokenizeRequest,
+    agent.DetokenizeRequest,
+    agent.ApiAnswer,
 )
 # Request schemas whose `model` must name a served pool (or alias).
 _MODEL_FIELDS = (
@@ -163,6 +172,7 @@ def _operations() -> dict[str, dict[str, Any]]:
             "This document",
             _responses({"description": "OpenAPI 3.1", "content": _json({"type": "object"})}, (401,)),
         ),
+        **_agent_operations(),
         "/gateway/backends": _get(
             "gatewayBackends",
             "Backends, pools, breakers and queues",
@@ -188,6 +198,55 @@ def _operations() -> dict[str, dict[str, Any]]:
                 _responses(_ok(admin.ReloadAccepted), (401, 403), {"400": rejected}),
             )
         },
+        **_engine_operations(),
+    }
+
+
+def _engine_operations() -> dict[str, dict[str, Any]]:
+    """Engine containers (api/engines_admin.py), served when engines are configured."""
+    document = {"description": "engines and device budgets", "content": _json({"type": "object"})}
+    acted = {"409": {"description": "it could not start (no room) or was still serving"}}
+    name = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
+
+    def action(op_id: str, summary: str) -> dict[str, Any]:
+        responses = _responses(document, (401, 403, 404), acted)
+        return {"post": _operation(op_id, summary, responses, parameters=name)}
+
+    return {
+        "/gateway/engines": _get("gatewayEngines", "Engine containers", _responses(document, (401, 403))),
+        "/gateway/engines/{name}/start": action("gatewayEngineStart", "Start an engine's container"),
+        "/gateway/engines/{name}/stop": action("gatewayEngineStop", "Drain, then stop an engine"),
+    }
+
+
+def _agent_operations() -> dict[str, dict[str, Any]]:
+    """The other client APIs, routed like chat; their bodies and answers are the engines' own."""
+    answer = {"description": "the engine's answer, or with `stream: true` its server-sent events",
+              "headers": _ANSWER_HEADERS, "content": _json(_ref(agent.ApiAnswer))}  # fmt: skip
+    errors = (400, 401, 404, 413, 415, 429, 502, 503, 504)
+
+    def post(op_id: str, summary: str, request: type[BaseModel]) -> dict[str, Any]:
+        responses = _responses(answer, errors)
+        return {"post": _operation(op_id, summary, responses, requestBody=_body(_ref(request)))}
+
+    rerank = post("createRerank", "Rerank documents against a query", agent.RerankRequest)
+    by_id = _responses(answer, (401, 404, 502))
+    return {
+        "/v1/messages": post("createMessage", "Anthropic Messages", agent.MessagesRequest),
+        "/v1/messages/count_tokens": post(
+            "countMessageTokens", "Anthropic Messages token count", agent.CountTokensRequest
+        ),
+        "/v1/responses": post("createResponse", "Responses API", agent.ResponsesRequest),
+        "/v1/responses/{response_id}": {
+            "get": _operation("getResponse", "A stored response, from the backend holding it", by_id),
+            "delete": _operation("deleteResponse", "Forget where a stored response lives", by_id),
+        },
+        "/v1/embeddings": post("createEmbedding", "Embeddings", agent.EmbeddingsRequest),
+        "/v1/rerank": rerank,
+        "/rerank": {"post": {**rerank["post"], "operationId": "rerankAlias"}},
+        "/v1/reranking": {"post": {**rerank["post"], "operationId": "rerankingAlias"}},
+        "/tokenize": post("tokenize", "Prompt to token ids", agent.TokenizeRequest),
+        "/detokenize": post("detokenize", "Token ids to text", agent.DetokenizeRequest),
     }
 
 

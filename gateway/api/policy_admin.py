@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api.errors import error_body
-from gateway.api.request_checks import check_body
+from gateway.api.request_checks import DEFAULT_LIMITS, BodyLimits, check_body
 from gateway.policy.load import ReloadResult
 from gateway.records import BackendSnapshot
 
@@ -37,7 +37,11 @@ class Reloader(Protocol):
 
 
 def policy_admin_routes(
-    router: Explainer, watcher: Reloader, resolve_pool: PoolResolver, outlook: OutlookFn | None = None
+    router: Explainer,
+    watcher: Reloader,
+    resolve_pool: PoolResolver,
+    outlook: OutlookFn | None = None,
+    body_limits: BodyLimits = DEFAULT_LIMITS,
 ) -> list[Route]:
     async def explain(request: Request) -> Response:
         try:
@@ -46,7 +50,7 @@ def policy_admin_routes(
             return _json(400, error_body(400, f"request body is not valid JSON: {exc}", "invalid_json"))
         if not isinstance(body, dict):
             return _json(400, error_body(400, "the body must be a chat or completions request object"))
-        problem = check_body(body)
+        problem = check_body(body, body_limits)
         if problem is not None:
             return _json(400, error_body(400, problem[0], "invalid_request", problem[1]))
         endpoint = str(body.pop("endpoint", "chat"))

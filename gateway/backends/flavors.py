@@ -28,6 +28,7 @@ class Capabilities:
     context_length: int | None = None
     modalities: frozenset[str] | None = None  # None: the engine does not say
     served_models: tuple[str, ...] = ()
+    capacity: int | None = None  # sequences the engine runs at once, where it says (routing/spill.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,8 @@ class Flavor:
     # Seconds from process start to ready on a Spark, assumed until the gateway has seen this backend
     # warm up (backends/warmup.py) or the operator declares `warmup_s`. Sources under FLAVORS.
     warmup_s: float
+    # The client APIs (records/endpoints.py) the engine serves natively; a backend's `endpoints:` wins.
+    endpoints: frozenset[str] = frozenset({"chat", "completions"})
 
 
 def _judge_vllm(status: int, body: Any, ever_ready: bool) -> Verdict:
@@ -103,9 +106,9 @@ async def _discover_sglang(fetch: FetchJson) -> Capabilities:
     cards = _base_cards(await fetch("/v1/models"))
     lengths = [n for n in (_int(card.get("max_model_len")) for card in cards) if n]
     context = max(lengths) if lengths else None
-    if context is None:
-        info = await fetch("/server_info") or await fetch("/get_server_info")
-        context = _int(info.get("context_length")) if isinstance(info, dict) else None
+    info = await fetch("/server_info") or await fetch("/get_server_info")
+    info = info if isinstance(info, dict) else {}
+    context = context or _int(info.get("context_length"))
     model_info = await fetch("/model_info") or await fetch("/get_model_info")
     modalities = None
     if isinstance(model_info, dict) and "has_image_understanding" in model_info:
@@ -115,13 +118,15 @@ async def _discover_sglang(fetch: FetchJson) -> Capabilities:
         if model_info.get("has_audio_understanding"):
             found.add("audio")
         modalities = frozenset(found)
-    return Capabilities(context, modalities, tuple(str(c.get("id")) for c in cards))
+    capacity = _int(info.get("max_running_requests"))
+    return Capabilities(context, modalities, tuple(str(c.get("id")) for c in cards), capacity)
 
 
 async def _discover_llamacpp(fetch: FetchJson) -> Capabilities:
     props = await fetch("/props")
-    context = modalities = None
+    context = modalities = capacity = None
     if isinstance(props, dict):
+        capacity = _int(props.get("total_slots"))
         settings = props.get("default_generation_settings")
         context = _int(settings.get("n_ctx")) if isinstance(settings, dict) else None
         context = context or _int(props.get("n_ctx"))
@@ -134,7 +139,7 @@ async def _discover_llamacpp(fetch: FetchJson) -> Capabilities:
     if context is None:
         metas = [card.get("meta") for card in cards]
         context = next((_int(m.get("n_ctx")) for m in metas if isinstance(m, dict) and m.get("n_ctx")), None)
-    return Capabilities(context, modalities, tuple(str(c.get("id")) for c in cards))
+    return Capabilities(context, modalities, tuple(str(c.get("id")) for c in cards), capacity)
 
 
 async def _discover_openai(fetch: FetchJson) -> Capabilities:
@@ -154,9 +159,32 @@ _VLLM_WARMUP_S = 600.0
 _SGLANG_WARMUP_S = 300.0
 _GGUF_WARMUP_S = 60.0
 
+# Endpoints each engine serves (reference/engines.md), assumed for the oldest release still in use:
+# - vLLM: /v1/responses (GET /v1/responses/{id} too) since 0.11 and /v1/messages (Anthropic); the pooling
+#   routes (/v1/embeddings, /v1/rerank) answer with the engine's own error on a generation model;
+#   /tokenize and /detokenize always; /v1/messages/count_tokens beside /v1/messages
+#   (anthropic/serving_messages.py).
+# - SGLang: /v1/messages and /v1/responses exist in 0.5.x but not in 0.4.6, so they are not assumed
+#   (Messages are translated to chat; a 0.5 backend declares `endpoints:` to get them natively).
+# - llama-server: every endpoint here, /v1/messages/count_tokens included.
+# - llama-cpp-python ("openai"): chat, completions and embeddings; its tokenizer lives under /extras.
+_GENERATION = frozenset({"chat", "completions"})
+_POOLING = frozenset({"embeddings", "rerank"})
+_TOKENS = frozenset({"tokenize", "detokenize"})
+_VLLM_ENDPOINTS = _GENERATION | _POOLING | _TOKENS | {"messages", "count_tokens", "responses"}
+_SGLANG_ENDPOINTS = _GENERATION | _POOLING | _TOKENS
+_LLAMACPP_ENDPOINTS = _VLLM_ENDPOINTS
+_OPENAI_ENDPOINTS = _GENERATION | {"embeddings"}
+
 FLAVORS: dict[str, Flavor] = {
-    "vllm": Flavor("vllm", "/health", _judge_vllm, _discover_vllm, _VLLM_WARMUP_S),
-    "sglang": Flavor("sglang", "/health", _judge_sglang, _discover_sglang, _SGLANG_WARMUP_S),
-    "llamacpp": Flavor("llamacpp", "/health", _judge_llamacpp, _discover_llamacpp, _GGUF_WARMUP_S),
-    "openai": Flavor("openai", "/v1/models", _judge_openai, _discover_openai, _GGUF_WARMUP_S),
+    "vllm": Flavor("vllm", "/health", _judge_vllm, _discover_vllm, _VLLM_WARMUP_S, _VLLM_ENDPOINTS),
+    "sglang": Flavor(
+        "sglang", "/health", _judge_sglang, _discover_sglang, _SGLANG_WARMUP_S, _SGLANG_ENDPOINTS
+    ),
+    "llamacpp": Flavor(
+        "llamacpp", "/health", _judge_llamacpp, _discover_llamacpp, _GGUF_WARMUP_S, _LLAMACPP_ENDPOINTS
+    ),
+    "openai": Flavor(
+        "openai", "/v1/models", _judge_openai, _discover_openai, _GGUF_WARMUP_S, _OPENAI_ENDPOINTS
+    ),
 }

@@ -103,6 +103,8 @@ class Prober:
         else:
             verdict = flavor.judge(status, body, state.ever_ready)
             new, detail = self._judged(state, verdict), f"{flavor.health_path} -> {status}"
+            if verdict is Verdict.READY:  # it produces bytes again: a stalled backend is back at once
+                self.registry.note_unstalled(name, "answered a readiness probe")
         if new is Status.READY and state.status is not Status.READY:
             await self._discover(state)
         if self.registry.set_status(name, new, detail):
@@ -152,6 +154,7 @@ class Prober:
         state.discovered_context = found.context_length
         state.discovered_modalities = found.modalities
         state.served_models = found.served_models
+        state.discovered_capacity = found.capacity
 
     async def _get(self, state: BackendState, path: str) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {state.config.api_key}"} if state.config.api_key else {}

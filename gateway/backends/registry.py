@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gateway.backends.flavors import FLAVORS
 from gateway.backends.inflight import InFlight
 from gateway.records import BackendSnapshot
 from gateway.redact import without_credentials
@@ -37,7 +38,10 @@ class BackendState:
     discovered_context: int | None = None
     discovered_modalities: frozenset[str] | None = None
     served_models: tuple[str, ...] = field(default_factory=tuple)
+    discovered_capacity: int | None = None  # the engine's own limit on running sequences, where it says
     last_success: float | None = None  # clock time of the last request it answered successfully
+    stalled_since: float | None = None  # clock time it was found stalled (proxy/stall.py); None: it is not
+    stall_detail: str = ""
     load: InFlight = field(default_factory=InFlight, repr=False, compare=False)  # the registry's count
 
     @property
@@ -53,18 +57,41 @@ class BackendState:
         declared = self.config.modalities
         return declared or self.discovered_modalities or frozenset({"text"})
 
-    def snapshot(self, breaker_open: bool = False, restarting: bool = False) -> BackendSnapshot:
+    @property
+    def native_endpoints(self) -> frozenset[str]:
+        """The client APIs the engine serves itself: declared in the config, else its flavor's."""
+        declared = self.config.endpoints
+        return frozenset(declared) if declared is not None else FLAVORS[self.config.flavor].endpoints
+
+    @property
+    def translates_messages(self) -> bool:
+        """Messages reach it translated to chat: it serves chat, not Messages, and translation is not off."""
+        native = self.native_endpoints
+        return "chat" in native and "messages" not in native and self.config.translate_messages is not False
+
+    @property
+    def endpoints(self) -> frozenset[str]:
+        """What the router may send it: its own endpoints, plus Messages when it takes them translated."""
+        return self.native_endpoints | {"messages"} if self.translates_messages else self.native_endpoints
+
+    def snapshot(
+        self, breaker_open: bool = False, restarting: bool = False, engine_waiting: float | None = None
+    ) -> BackendSnapshot:
         return BackendSnapshot(
             name=self.config.name,
             ready=self.status is Status.READY,
             # A restarting backend is warming up again: worth waiting for, like one starting.
             starting=restarting or self.status in (Status.STARTING, Status.UNKNOWN),
             breaker_open=breaker_open,
+            stalled=self.stalled_since is not None,
             inflight=self.inflight,
             max_concurrency=self.config.max_concurrency,
             context_length=self.context_length,
             modalities=self.modalities,
             tags=self.config.tags,
+            endpoints=self.endpoints,
+            engine_waiting=engine_waiting,
+            engine_capacity=self.discovered_capacity,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,6 +107,8 @@ class BackendState:
             "modalities": sorted(self.modalities),
             "tags": sorted(self.config.tags),
             "served_models": list(self.served_models),
+            "stalled": self.stalled_since is not None,
+            "stall_detail": self.stall_detail,
         }
 
 
@@ -96,16 +125,57 @@ class Registry:
         # Whoever follows readiness (admission slots) and the breakers' verdict, set by the composition root.
         self.listeners: list[Callable[[str, Status], None]] = []
         self.breaker_open: Callable[[str], bool] = lambda name: False
+        # Requests waiting inside each engine by its latest fresh report (None: unknown or stale), set by
+        # the composition root from the metrics scraper; the router spills off a backend whose queue is not
+        # empty.
+        self.engine_waiting: Callable[[str], float | None] = lambda name: None
+        # Whoever keeps per-backend state (admission slots), told after a backend is added or removed.
+        self.membership: list[Callable[[], None]] = []
 
     def pool(self, model: str) -> PoolConfig | None:
         return self._by_model.get(model)
+
+    def add_backend(self, config: BackendConfig, model: str, served_name: str | None = None) -> None:
+        """Register a backend at run time (an engine container found or started) in the pool of `model`,
+        made when no pool has that name. The new state starts unknown, like a configured one."""
+        if config.name in self.backends:
+            raise ValueError(f"backend {config.name!r} already exists")
+        self.backends[config.name] = BackendState(config, since=self.clock(), load=self.inflight)
+        pool = self._by_model.get(model) or PoolConfig(model=model, backends=(config.name,))
+        served = {**pool.served_names, **({config.name: served_name} if served_name else {})}
+        backends = tuple(dict.fromkeys((*pool.backends, config.name)))
+        self._replace_pool(pool, pool.model_copy(update={"backends": backends, "served_names": served}))
+        for listener in self.membership:
+            listener()
+
+    def remove_backend(self, name: str) -> bool:
+        """Forget a run-time backend; False (kept) while requests are in flight on it. A pool left
+        without backends goes with it."""
+        if name not in self.backends or self.inflight[name] > 0:
+            return False
+        del self.backends[name]
+        for pool in [p for p in self.pools if name in p.backends]:
+            left = tuple(b for b in pool.backends if b != name)
+            served = {b: n for b, n in pool.served_names.items() if b != name}
+            self._replace_pool(pool, pool.model_copy(update={"backends": left, "served_names": served}))
+        for listener in self.membership:
+            listener()
+        return True
+
+    def _replace_pool(self, old: PoolConfig, new: PoolConfig) -> None:
+        pools = [new if p is old else p for p in self.pools]
+        pools += [] if any(p is old for p in self.pools) else [new]
+        self.pools = tuple(p for p in pools if p.backends)
+        self._by_model = {name: pool for pool in self.pools for name in (pool.model, *pool.aliases)}
 
     def model_names(self) -> list[str]:
         return [pool.model for pool in self.pools]
 
     def snapshots(self, pool: PoolConfig) -> list[BackendSnapshot]:
         return [
-            self.backends[name].snapshot(self.breaker_open(name), self.may_come_back(name))
+            self.backends[name].snapshot(
+                self.breaker_open(name), self.may_come_back(name), self.engine_waiting(name)
+            )
             for name in pool.backends
         ]
 
@@ -120,8 +190,28 @@ class Registry:
         verdict of death from probes that timed out under load is taken back at once."""
         state = self.backends[name]
         state.last_success = self.clock()
+        self.note_unstalled(name, "answered a request")
         if state.status is Status.DEAD and state.ever_ready:
             self.set_status(name, Status.READY, "answering requests")
+
+    def note_stalled(self, name: str, detail: str) -> bool:
+        """Hang detection (proxy/stall.py): its in-flight requests produced no byte for far longer than it
+        usually takes. Out for new requests until it produces bytes again; True if it just became so."""
+        state = self.backends[name]
+        state.stall_detail = detail
+        if state.stalled_since is not None:
+            return False
+        state.stalled_since = self.clock()
+        return True
+
+    def note_unstalled(self, name: str, why: str) -> bool:
+        """It produced bytes again (a request's, or a readiness probe's answer): back at once. True if it
+        was stalled."""
+        state = self.backends[name]
+        if state.stalled_since is None:
+            return False
+        state.stalled_since, state.stall_detail = None, f"recovered: {why}"
+        return True
 
     def note_down(self, name: str, detail: str) -> None:
         """Passive health: a connection to the backend was refused, so nothing listens there now. It is

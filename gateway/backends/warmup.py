@@ -135,9 +135,11 @@ class Warmups:
         if not self.is_warming(backend):
             return None
         now = self.registry.clock()
-        since = self._since.get(backend, now)
-        expected_s, source = self.expected(backend)
         state = self.registry.backends[backend]
+        # A backend added at run time (an engine container) is not followed here: its warm-up began at
+        # its last status change (started, or left ready), so a waiting request is told the time left.
+        since = self._since.get(backend, state.since)
+        expected_s, source = self.expected(backend)
         restarting = state.ever_ready and state.status is not Status.READY
         return Warming(backend, since, expected_s, source, now - since, restarting)
 

@@ -81,12 +81,14 @@ class StreamingClient:
         start = time.perf_counter()
         stream = _Stream()
         try:
-            async with self._session.post(self._url, data=orjson.dumps(body),
-                                          headers={"Content-Type": "application/json"}) as response:
+            async with self._session.post(
+                self._url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
+            ) as response:
                 if response.status != 200:
                     text = (await response.text())[:200]
-                    return RequestResult(ok=False, e2e_s=time.perf_counter() - start,
-                                         error=f"HTTP {response.status}: {text}")
+                    return RequestResult(
+                        ok=False, e2e_s=time.perf_counter() - start, error=f"HTTP {response.status}: {text}"
+                    )
                 async for raw in response.content:
                     _consume_line(raw, stream, time.perf_counter() - start)
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -94,8 +96,13 @@ class StreamingClient:
         e2e = time.perf_counter() - start
         tokens = stream.usage_tokens if stream.usage_tokens is not None else stream.chunks_with_text
         ok = not stream.error and bool(stream.chunk_times)
-        return RequestResult(ok=ok, output_tokens=tokens, e2e_s=e2e, chunk_times_s=tuple(stream.chunk_times),
-                             error=stream.error or ("" if ok else "no content received"))
+        return RequestResult(
+            ok=ok,
+            output_tokens=tokens,
+            e2e_s=e2e,
+            chunk_times_s=tuple(stream.chunk_times),
+            error=stream.error or ("" if ok else "no content received"),
+        )
 
 
 def _consume_line(raw: bytes, stream: _Stream, now: float) -> None:

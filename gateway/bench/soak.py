@@ -1,5 +1,12 @@
-"""`spark-gateway bench soak [--streams N] [--requests N] [--json]`: many concurrent streams through the
-gateway while engines are killed, hung and restarted at random; nothing may hang or be lost.
+"""`spark-gateway bench soak [--streams N] [--requests N] [--signals] [--malformed F] [--json]`: many
+concurrent streams through the gateway while engines are killed, hung and restarted at random; nothing
+may hang or be lost.
+
+By default the twin engines run in this process and their faults are the twin's own (crash, hang,
+restart). With `--signals` each engine is a `spark-gateway sim` process of its own and the faults are
+real signals: SIGKILL then a restart on the same port (it warms up again), SIGSTOP then SIGCONT 1-6 s
+later (a hung process holding its connections). `--malformed F` sends that share of the requests as
+malformed ones of 20 kinds (gateway/bench/malformed.py) instead: each must get a 4xx with a JSON error.
 
 Loopback only. A twin fleet runs in this process; the gateway runs as a `spark-gateway serve` subprocess
 so its resident memory is measured cleanly (after a warm-up batch, and at the end). At most all but one
@@ -33,6 +40,8 @@ from typing import Any
 import aiohttp
 import yaml
 
+from gateway.bench.engine_procs import EngineProcess, engine_processes
+from gateway.bench.malformed import malformed, send_raw
 from gateway.sim.engine import SimEngine
 from gateway.sim.fleet import EngineSpec, FleetSpec
 from gateway.sim.perf import DeviceSpec
@@ -52,6 +61,9 @@ class SoakResult:
     lost: int
     rss_start_mb: float
     rss_end_mb: float
+    rss_growth_pct: float
+    malformed: int  # malformed requests sent
+    malformed_wrong: int  # of those, answered other than a 4xx with a JSON error body
     streams: int
     faults: int
     seconds: float
@@ -68,6 +80,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-seconds", type=float, default=90.0, help="stop sending after this long")
     parser.add_argument("--time-scale", type=float, default=50.0, help="twin simulated s per real s")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--signals", action="store_true", help="engines as processes: SIGKILL, SIGSTOP")
+    parser.add_argument("--malformed", type=float, default=0.0, help="share of malformed requests")
     parser.add_argument("--json", action="store_true", help='print {"results": [...]}')
     parser.set_defaults(handler=run)
 
@@ -75,12 +89,24 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     result = asyncio.run(soak(args))
     if args.json:
-        fields = ("requests", "completed", "errors", "hung", "lost", "rss_start_mb", "rss_end_mb", "kinds")
+        fields = (
+            *(
+                "requests",
+                "completed",
+                "errors",
+                "hung",
+                "lost",
+                "rss_start_mb",
+                "rss_end_mb",
+                "rss_growth_pct",
+            ),
+            *("malformed", "malformed_wrong", "faults", "seconds", "kinds"),
+        )
         print(json.dumps({"results": [{k: asdict(result)[k] for k in fields}]}))
     else:
         for key, value in asdict(result).items():
             print(f"{key:>14}: {value}")
-    return 0 if result.hung == 0 and result.lost == 0 else 1
+    return 0 if result.hung == result.lost == result.malformed_wrong == 0 else 1
 
 
 def _fleet(engines: int) -> FleetSpec:
@@ -171,7 +197,7 @@ async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random) -> 
     except TimeoutError:
         return "hung", "no end within the watchdog"
     except aiohttp.ClientError as exc:
-        return "lost", type(exc).__name__
+        return "lost", f"{type(exc).__name__}: {str(exc)[:60]}"
 
 
 def _code(raw: bytes) -> str:
@@ -250,41 +276,117 @@ class _Chaos:
         await asyncio.gather(*self._recoveries, return_exceptions=True)
 
 
+async def _answers(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(url + "/health") as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+class _SignalChaos:
+    """SIGKILLs (then restarts) or SIGSTOPs (then resumes) engine processes at random, never leaving
+    fewer than one healthy."""
+
+    def __init__(self, engines: dict[str, EngineProcess], rng: random.Random) -> None:
+        self.engines = engines
+        self.rng = rng
+        self.faults = 0
+        self._recoveries: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=1.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                await asyncio.sleep(self.rng.uniform(0.5, 1.5))
+                await self._one_fault(session)
+
+    async def _one_fault(self, session: aiohttp.ClientSession) -> None:
+        # Ready by its own word, not by a guess: a restarted process on a busy host starts late.
+        candidates = [e for e in self.engines.values() if e.healthy]
+        answers = await asyncio.gather(*(_answers(session, e.url) for e in candidates))
+        healthy = [e for e, ok in zip(candidates, answers, strict=True) if ok]
+        if len(healthy) >= 2:
+            engine = self.rng.choice(healthy)
+            self.faults += 1
+            if self.rng.random() < 0.5:
+                await asyncio.to_thread(engine.kill)
+                recovery = self._restart(engine, self.rng.uniform(1.0, 3.0))
+            else:
+                engine.stop()
+                recovery = self._resume(engine, self.rng.uniform(1.0, 6.0))
+            task = asyncio.create_task(recovery)
+            self._recoveries.add(task)
+            task.add_done_callback(self._recoveries.discard)
+
+    async def _restart(self, engine: EngineProcess, after: float) -> None:
+        await asyncio.sleep(after)
+        engine.start()  # on the same port; it warms up again before it is ready
+
+    async def _resume(self, engine: EngineProcess, after: float) -> None:
+        await asyncio.sleep(after)
+        engine.resume()
+
+    async def stop(self) -> None:
+        for task in list(self._recoveries):
+            task.cancel()
+        await asyncio.gather(*self._recoveries, return_exceptions=True)
+        for engine in self.engines.values():
+            if engine.stopped:
+                engine.resume()
+
+
 async def soak(args: argparse.Namespace) -> SoakResult:
     rng = random.Random(args.seed)
+    if args.signals:
+        names = [f"e{i}" for i in range(args.engines)]
+        ports = [_free_port() for _ in names]
+        async with engine_processes(names, ports, MODEL, args.time_scale, warmup_s=100.0) as engines:
+            urls = {name: engine.url for name, engine in engines.items()}
+            return await _with_gateway(args, urls, _SignalChaos(engines, rng), rng)
     async with TwinFleet(_fleet(args.engines), time_scale=args.time_scale, ephemeral_ports=True) as fleet:
         await fleet.wait_ready(30)
-        port = _free_port()
-        url = f"http://127.0.0.1:{port}"
-        with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
-            config = Path(tmp) / "gateway.yaml"
-            urls = {name: fleet.url(name) for name in fleet.names}
-            config.write_text(yaml.safe_dump(_gateway_config(urls, port)))
-            command = [
-                sys.executable,
-                "-m",
-                "gateway",
-                "serve",
-                "--config",
-                str(config),
-                "--log-level",
-                "error",
-            ]
-            env = {k: v for k, v in os.environ.items() if k != STATE_DIR_ENV}  # nor from the shell's
-            process = subprocess.Popen(command, env={**env, "PYTHONUNBUFFERED": "1"})
+        urls = {name: fleet.url(name) for name in fleet.names}
+        return await _with_gateway(args, urls, _Chaos(fleet, rng), rng)
+
+
+async def _with_gateway(
+    args: argparse.Namespace, urls: dict[str, str], chaos: _Chaos | _SignalChaos, rng: random.Random
+) -> SoakResult:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        config = Path(tmp) / "gateway.yaml"
+        config.write_text(yaml.safe_dump(_gateway_config(urls, port)))
+        command = [
+            sys.executable,
+            "-m",
+            "gateway",
+            "serve",
+            "--config",
+            str(config),
+            "--log-level",
+            "error",
+        ]
+        env = {k: v for k, v in os.environ.items() if k != STATE_DIR_ENV}  # nor from the shell's
+        process = subprocess.Popen(command, env={**env, "PYTHONUNBUFFERED": "1"})
+        try:
+            return await _drive(args, chaos, url, process, rng)
+        finally:
+            process.terminate()
             try:
-                return await _drive(args, fleet, url, process, rng)
-            finally:
-                process.terminate()
-                try:
-                    process.wait(15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
 
 
 async def _drive(
-    args: argparse.Namespace, fleet: TwinFleet, url: str, process: subprocess.Popen[bytes], rng: random.Random
+    args: argparse.Namespace,
+    chaos: _Chaos | _SignalChaos,
+    url: str,
+    process: subprocess.Popen[bytes],
+    rng: random.Random,
 ) -> SoakResult:
     connector = aiohttp.TCPConnector(limit=args.streams)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -293,7 +395,8 @@ async def _drive(
         if Counter(outcome for outcome, _ in warm)["completed"] != len(warm):
             raise RuntimeError(f"warm-up requests failed before any fault: {Counter(warm)}")
         rss_start = _rss_mb(process.pid)
-        chaos = _Chaos(fleet, rng)
+        host, port = url.removeprefix("http://").split(":")
+        bad = malformed(MODEL, 1000, rng)
         chaos_task = asyncio.create_task(chaos.run())
         started = time.monotonic()
         outcomes: Counter[str] = Counter()
@@ -302,10 +405,19 @@ async def _drive(
 
         async def guarded() -> None:
             async with gate:
-                if time.monotonic() - started < args.max_seconds:
-                    outcome, kind = await _one(session, url, rng)
-                    outcomes[outcome] += 1
-                    kinds[f"{outcome}: {kind}"] += 1
+                if time.monotonic() - started >= args.max_seconds:
+                    return
+                if rng.random() < args.malformed:
+                    name, raw = bad[outcomes["malformed"] % len(bad)]
+                    answer = await send_raw(host, int(port), raw, timeout=WATCHDOG_S)
+                    outcomes["malformed"] += 1
+                    if not (400 <= answer.status < 500 and answer.json_error):
+                        outcomes["malformed_wrong"] += 1
+                        kinds[f"malformed answered {answer.status}: {name}"] += 1
+                    return
+                outcome, kind = await _one(session, url, rng)
+                outcomes[outcome] += 1
+                kinds[f"{outcome}: {kind}"] += 1
 
         try:
             await asyncio.gather(*(guarded() for _ in range(args.requests)))
@@ -315,14 +427,18 @@ async def _drive(
             await chaos.stop()
         seconds = time.monotonic() - started
         rss_end = _rss_mb(process.pid)
+    served = ("completed", "errors", "hung", "lost")
     return SoakResult(
-        requests=sum(outcomes.values()),
+        requests=sum(outcomes[key] for key in served),
         completed=outcomes["completed"],
         errors=outcomes["errors"],
         hung=outcomes["hung"],
         lost=outcomes["lost"],
         rss_start_mb=rss_start,
         rss_end_mb=rss_end,
+        rss_growth_pct=round((rss_end - rss_start) / rss_start * 100, 1) if rss_start else 0.0,
+        malformed=outcomes["malformed"],
+        malformed_wrong=outcomes["malformed_wrong"],
         streams=args.streams,
         faults=chaos.faults,
         seconds=round(seconds, 1),

@@ -113,6 +113,8 @@ def render(e: dict[str, Any]) -> str:
     if e["chosen"]:
         failover = ", ".join(e["ranked"][1:]) or "none"
         lines.append(f"chosen    {e['chosen']} (failover: {failover})")
+    if e.get("spill"):
+        lines.append(f"spill     {e['spill']}")
     outcome = e.get("outcome")
     if e["refusal"]:
         r = e["refusal"]

@@ -19,7 +19,7 @@ import uvicorn
 import uvloop
 
 from gateway.app import build_app, build_gateway
-from gateway.serving import DrainingServer
+from gateway.serving import DrainingServer, server_options
 from gateway.settings import Settings, load_settings
 from gateway.sim.fleet import FleetSpec, load_fleet
 from gateway.sim.runner import TwinFleet
@@ -74,10 +74,9 @@ async def _serve(settings: Settings, log_level: str) -> None:
         app,
         host=settings.host,
         port=settings.port,
-        http="httptools",
         lifespan="on",
         log_level=log_level,
-        access_log=False,  # one log line per request costs more than the whole proxy path
+        **server_options(settings.limits),  # head limits, JSON protocol errors, no access log
     )
     await DrainingServer(config, gateway.drain, settings.shutdown.drain_timeout_s).serve()
 

@@ -24,7 +24,7 @@ import orjson
 from gateway.backends.inflight import InFlight
 from gateway.backends.registry import Registry
 from gateway.proxy.exchange import Exchange, Job
-from gateway.proxy.stream import SseMeter
+from gateway.proxy.stream import SseMeter, usage_counts
 from gateway.records import RequestRecord
 
 log = logging.getLogger("gateway.dispatch")
@@ -145,9 +145,9 @@ def take_usage(record: RequestRecord, payload: bytes) -> None:
         usage = orjson.loads(payload).get("usage")
     except (orjson.JSONDecodeError, AttributeError):
         return
-    if isinstance(usage, dict):
-        record.output_tokens = usage.get("completion_tokens")
-        record.prompt_tokens = usage.get("prompt_tokens")
+    counts = usage_counts(usage)  # chat's spelling, or Messages' and Responses' input/output tokens
+    if counts is not None:
+        record.prompt_tokens, record.output_tokens = counts
 
 
 def take_stream_measures(record: RequestRecord, meter: SseMeter, started: float) -> None:

@@ -36,12 +36,15 @@ class Tries:
     """One request's attempts so far: where they went, in order, the last failure, and the backends whose
     latest failure proves no death (they may serve again soon)."""
 
-    __slots__ = ("tried", "last", "may_recover")
+    __slots__ = ("tried", "last", "may_recover", "first_5xx")
 
     def __init__(self) -> None:
         self.tried: list[str] = []
         self.last: AttemptFailed | None = None
         self.may_recover: set[str] = set()
+        # An engine's 5xx that may be the input's fault, its breaker outcome held until another engine
+        # has judged the same request (proxy/dispatch.py): where, its breaker ticket, the failure.
+        self.first_5xx: tuple[str, Ticket | None, AttemptFailed] | None = None
 
     def failed(self, backend: str, failed: AttemptFailed) -> None:
         self.last = failed
@@ -123,7 +126,8 @@ class Failover:
                 return slot
 
     def _is_ready(self, backend: str) -> bool:
-        return self.registry.backends[backend].status is Status.READY
+        state = self.registry.backends[backend]
+        return state.status is Status.READY and state.stalled_since is None  # a stalled one: not now
 
 
 async def _first_slot(job: Job, ranked: list[str], reliability: Reliability) -> Slot | Refused:

@@ -7,6 +7,10 @@ The request's exchange with its client (proxy/exchange.py) travels through these
   connect error, a timeout or a 5xx before the first byte moves on to the next candidate; a 4xx is the
   client's problem and is passed through as it is. When every candidate failed, the last 5xx is passed
   through (or 502/504 if none answered at all).
+  An engine's 5xx that may be the input's fault is judged by a second engine before any breaker hears
+  of it (`_attempt`): the same failure there is the client's 400, no engine charged.
+- proxy/stall.py: the hang watch; it may cut an attempt waiting on a stalled (or dead) backend for its
+  first content, which then fails over like any failure before the first byte.
 - proxy/relay.py: the answer to the client (whole, SSE pump, refusals, error frames, headers).
 - proxy/accounting.py: in-flight (the registry's one count, from the moment of dispatch until the last
   byte: pitfall 4), device time, passive health, dispatch listeners and the observers of the record.
@@ -34,10 +38,11 @@ from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.attempts import NO_BACKEND_LEFT, Failover, Tries
 from gateway.proxy.breaker import Outcome, outcome_of
-from gateway.proxy.exchange import AttemptFailed, Exchange, Job, UnencodableBody
+from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, Job, UnencodableBody
 from gateway.proxy.reliability import Reliability
 from gateway.proxy.upstream import (
     UpstreamConnectError,
+    UpstreamConnectTimeout,
     UpstreamError,
     UpstreamRefused,
     UpstreamResponse,
@@ -67,6 +72,7 @@ class Dispatcher:
         self.transport = transport
         self.reliability = reliability  # breakers and admission slots; None: neither is enforced
         self.failover = Failover(registry, reliability, max_attempts)
+        self.stall = reliability.stall if reliability is not None else None  # the hang watch
         self.accounting = Accounting(registry, observers, on_dispatch)
         self.live: set[Exchange] = set()  # exchanges in flight, for `end_all`
 
@@ -115,40 +121,53 @@ class Dispatcher:
     async def _attempts(self, exchange: Exchange) -> None:
         job, record = exchange.job, exchange.record
         tries = Tries()
-        while True:  # bounded by max_attempts and, when waiting for a comeback, the queue deadline
-            queued_at = time.perf_counter()
-            taken = await self.failover.next(job, tries)
-            record.queue_wait += time.perf_counter() - queued_at
-            if isinstance(taken, Refused):
-                if tries.last is None or taken.code != NO_BACKEND_LEFT:
-                    await relay.refuse(exchange, taken)
+        try:
+            while True:  # bounded by max_attempts and, when waiting for a comeback, the queue deadline
+                queued_at = time.perf_counter()
+                taken = await self.failover.next(job, tries)
+                record.queue_wait += time.perf_counter() - queued_at
+                if isinstance(taken, Refused):
+                    if tries.last is None or taken.code != NO_BACKEND_LEFT:
+                        await relay.refuse(exchange, taken)
+                        return
+                    break  # no other backend can take it: answer with the last failure
+                backend = taken.backend
+                tries.tried.append(backend)
+                record.backend, record.attempts = backend, record.attempts + 1
+                try:
+                    await self._attempt(exchange, backend, tries)
                     return
-                break  # no other backend can take it: answer with the last failure
-            backend = taken.backend
-            tries.tried.append(backend)
-            record.backend, record.attempts = backend, record.attempts + 1
-            try:
-                await self._attempt(exchange, backend)
-                return
-            except UnencodableBody as exc:
-                # The client's body, not the backend: no breaker outcome, no failover, a 400.
-                await relay.bad_body(exchange, str(exc))
-                return
-            except AttemptFailed as failed:
-                record.failures.append((backend, str(failed)))
-                log.warning(
-                    "request %s: %s failed before the first byte: %s", job.request_id, backend, failed
-                )
-                tries.failed(backend, failed)
-            finally:
-                taken.release()
-        assert tries.last is not None, "dispatch needs at least one candidate"
-        await relay.last_failure(exchange, tries.last)
+                except UnencodableBody as exc:
+                    # The client's body, not the backend: no breaker outcome, no failover, a 400.
+                    await relay.bad_body(exchange, str(exc))
+                    return
+                except InputRejected as rejected:
+                    await relay.rejected_input(exchange, rejected)
+                    return
+                except AttemptFailed as failed:
+                    record.failures.append((backend, str(failed)))
+                    log.warning(
+                        "request %s: %s failed before the first byte: %s", job.request_id, backend, failed
+                    )
+                    tries.failed(backend, failed)
+                finally:
+                    taken.release()
+            assert tries.last is not None, "dispatch needs at least one candidate"
+            await relay.last_failure(exchange, tries.last)
+        finally:
+            # No second engine judged the first one's 5xx (none left, or the client went away): it
+            # counts against that engine, as any failure does.
+            self._judged(tries, "failure")
 
-    async def _attempt(self, exchange: Exchange, backend: str) -> None:
+    async def _attempt(self, exchange: Exchange, backend: str, tries: Tries) -> None:
         """One attempt on `backend`, its breaker asked first and told the outcome after. The body is
         encoded before the breaker is asked: a body that cannot be encoded (UnencodableBody) is the
-        client's and never reaches the breaker."""
+        client's and never reaches the breaker.
+
+        Blame is decided once, before the breakers hear of it: an engine's 5xx answer (not overload,
+        not unavailable) is charged only once a second engine has judged the same request. The second
+        serves it: the first one's failure counts. The second fails the same way: the input is the
+        client's fault (InputRejected, a 400) and neither engine is charged."""
         body = exchange.job.body_for(backend)
         ticket = self.failover.ticket(backend)
         outcome: Outcome = "failure"
@@ -164,41 +183,111 @@ class Dispatcher:
                 self.accounting.note_down(backend, str(failed))  # nothing listens: it is down, now
             elif isinstance(cause, UpstreamConnectError):
                 failed.may_recover = True  # reset before the answer: it may be restarting, no proof
+            if blames_input(failed):
+                if tries.first_5xx is None:
+                    tries.first_5xx = (backend, ticket, failed)  # judged by the next engine
+                    ticket = None
+                else:
+                    outcome = "client_error"
+                    first, _, first_failed = tries.first_5xx
+                    self._judged(tries, "client_error")
+                    raise InputRejected((first, first_failed), (backend, failed)) from failed
             raise
         finally:
             self.failover.settle(backend, ticket, outcome)
+        # An answer: served, it proves the first engine's 5xx was the engine's; a 4xx, that it was not.
+        self._judged(tries, "client_error" if outcome == "client_error" else "failure")
         if outcome == "success":
             self.accounting.note_success(backend)
 
+    def _judged(self, tries: Tries, outcome: Outcome) -> None:
+        """The deferred outcome of the first engine's 5xx, now that it is known (or never will be)."""
+        if tries.first_5xx is not None:
+            backend, ticket, _ = tries.first_5xx
+            tries.first_5xx = None
+            self.failover.settle(backend, ticket, outcome)
+
     async def _forward(self, exchange: Exchange, backend: str, body: bytes) -> Outcome:
-        """Send the request to `backend` and relay its answer; AttemptFailed before the first byte."""
+        """Send the request to `backend` and relay its answer; AttemptFailed before the first byte.
+
+        Everything until the answer may go out (the response head, and a stream's first content or a
+        whole body) runs in one timeout scope the hang watch (proxy/stall.py) may expire: a backend found
+        stalled, or declared dead, while the request waits there fails the attempt, and another serves
+        it. Once the answer goes out the scope has ended."""
         job, record = exchange.job, exchange.record
         state = self.registry.backends[backend]
         headers = {"content-type": "application/json"}
         if state.config.api_key:
             headers["authorization"] = f"Bearer {state.config.api_key}"
         shared_at_dispatch = self.accounting.dispatching(exchange, backend)
+        watched = self.stall.enter(backend, job.stream, len(body)) if self.stall is not None else None
         response: UpstreamResponse | None = None
+        opened: relay.Opened | None = None
+        payload = b""
         try:
             try:
-                response = await self.transport.send(state.config.url + job.path, headers, body)
-            except UpstreamError as exc:
-                raise AttemptFailed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
-            if response.status >= 500 or response.status == 429:
-                # 5xx: the engine broke; 429 or a busy 503: back-pressure. Either way another may serve.
-                answer = await relay.read_quietly(response)
-                text = answer[0].decode("utf-8", "replace") if answer else None
-                failed = AttemptFailed(f"HTTP {response.status}", response.status, answer)
-                failed.outcome = outcome_of(response.status, text)
-                raise failed
+                async with asyncio.timeout(None) as scope:
+                    if watched is not None:
+                        watched.scope = scope
+                    response = await self._send(state.config.url + job.path, headers, body, backend)
+                    if response.status >= 500 or response.status == 429:
+                        raise await _failed_answer(response)
+                    if job.stream and response.status == 200 and "event-stream" in response.content_type:
+                        opened = await relay.open_stream(exchange, response)
+                    else:
+                        payload = await relay.read_whole(response)
+                    if watched is not None:
+                        watched.scope = None  # the answer goes out from here: never cut it
+            except TimeoutError as exc:
+                if not scope.expired() or watched is None or watched.cut is None:
+                    raise
+                failed = AttemptFailed(watched.cut, 504)
+                failed.code = "backend_stalled"
+                # The stall mark (lifted at its first byte), not the breaker, keeps requests away.
+                failed.outcome = "backpressure"
+                raise failed from exc
             record.status = response.status
-            if job.stream and response.status == 200 and "event-stream" in response.content_type:
-                await relay.stream(exchange, response)
+            if opened is not None:
+                await relay.stream(exchange, opened, watched)
             else:
-                await relay.whole(exchange, response)
+                if watched is not None and self.stall is not None:
+                    self.stall.heard(watched)
+                await relay.whole(exchange, response, payload)
             broke = response.status < 300 and record.error is not None  # mid-stream failure
             return "failure" if broke else outcome_of(response.status, None)
         finally:
+            if watched is not None and self.stall is not None:
+                self.stall.leave(watched)
             if response is not None:
                 response.close()
             self.accounting.answered(exchange, backend, shared_at_dispatch)
+
+    async def _send(self, url: str, headers: dict[str, str], body: bytes, backend: str) -> UpstreamResponse:
+        """The upstream POST; AttemptFailed when no response head came (a connect timeout says so)."""
+        try:
+            return await self.transport.send(url, headers, body)
+        except UpstreamConnectTimeout as exc:
+            failed = AttemptFailed(f"connect timeout to backend {backend} ({exc})", 504)
+            failed.code = "connect_timeout"
+            raise failed from exc
+        except UpstreamError as exc:
+            raise AttemptFailed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
+
+
+async def _failed_answer(response: UpstreamResponse) -> AttemptFailed:
+    """A 5xx (the engine broke) or a 429 or busy 503 (back-pressure): another backend may serve."""
+    answer = await relay.read_quietly(response)
+    text = answer[0].decode("utf-8", "replace") if answer else None
+    failed = AttemptFailed(f"HTTP {response.status}", response.status, answer)
+    failed.outcome = outcome_of(response.status, text)
+    failed.answered = True
+    return failed
+
+
+def blames_input(failed: AttemptFailed) -> bool:
+    """An engine's own 5xx answer for this request that is neither overload nor unavailability (502, 503
+    and 504 say the engine, or what stands in front of it, could not take it): it may be the input."""
+    return failed.answered and failed.outcome == "failure" and failed.status in _INPUT_STATUSES
+
+
+_INPUT_STATUSES = frozenset(range(500, 600)) - {502, 503, 504}

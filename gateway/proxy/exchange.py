@@ -121,3 +121,15 @@ class AttemptFailed(Exception):
         self.outcome: Outcome = "failure"  # for the breaker: a busy 503 or a 429 is back-pressure
         # No proof of death (a reset before the answer, an open breaker): it may serve again soon.
         self.may_recover = False
+        self.code: str | None = None  # the error code the client gets if this is the last failure
+        self.answered = False  # the engine answered it (an HTTP status, an error frame), no transport error
+
+
+class InputRejected(Exception):
+    """Two engines failed the same request the same way (an engine 5xx that is neither overload nor
+    unavailability): the input is the client's fault, answered 400, and neither engine is charged."""
+
+    def __init__(self, first: tuple[str, AttemptFailed], second: tuple[str, AttemptFailed]) -> None:
+        super().__init__(f"{first[0]}: {first[1]}; {second[0]}: {second[1]}")
+        self.first = first
+        self.second = second

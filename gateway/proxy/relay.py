@@ -9,8 +9,10 @@ disconnect reported after it is not taken for the client going away.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -20,8 +22,9 @@ from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import send_bytes
 from gateway.proxy.breaker import outcome_of
 from gateway.proxy.errors import error_body, error_frame
-from gateway.proxy.exchange import AttemptFailed, Exchange
+from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected
 from gateway.proxy.reliability import ERROR_SOURCE, refusal_headers
+from gateway.proxy.stall import Watched
 from gateway.proxy.stream import SseMeter
 from gateway.proxy.upstream import UpstreamError, UpstreamResponse, UpstreamTimeout
 
@@ -35,13 +38,17 @@ SHUTTING_DOWN = "shutting_down"  # the error code of a request the drain deadlin
 HOLD_MAX_BYTES = 64 * 1024
 
 
-async def whole(exchange: Exchange, response: UpstreamResponse) -> None:
-    """The whole answer at once. A body that cannot be read fails the attempt (nothing was sent yet)."""
-    record = exchange.record
+async def read_whole(response: UpstreamResponse) -> bytes:
+    """A whole answer's body. One that cannot be read fails the attempt (nothing was sent yet)."""
     try:
-        payload = await response.read()
+        return await response.read()
     except UpstreamError as exc:
         raise AttemptFailed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
+
+
+async def whole(exchange: Exchange, response: UpstreamResponse, payload: bytes) -> None:
+    """The whole answer at once."""
+    record = exchange.record
     if response.status == 200:
         take_usage(record, payload)
     else:
@@ -50,35 +57,64 @@ async def whole(exchange: Exchange, response: UpstreamResponse) -> None:
     await send_bytes(exchange.send, response.status, payload, headers(exchange, response.content_type))
 
 
-async def stream(exchange: Exchange, response: UpstreamResponse) -> None:
-    """Pump the SSE stream through as it arrives, measuring it on the way.
+@dataclass(slots=True)
+class Opened:
+    """A stream that has answered (`open_stream`), nothing of it sent yet: its meter, the rest of its
+    reads, and what was held back until the answer."""
 
-    Nothing reaches the client until the stream has answered (`_until_answered`): a failure before that
-    fails the attempt (AttemptFailed), and the next backend serves the client a clean stream of its own.
-    From then on each read is forwarded as it comes, and a failure ends the stream with an error frame."""
-    job, record, send = exchange.job, exchange.record, exchange.send
-    meter = SseMeter(strip_usage=job.add_usage)
+    meter: SseMeter
+    chunks: AsyncIterator[bytes]
+    held: bytes
+    content_type: str
+
+
+async def open_stream(exchange: Exchange, response: UpstreamResponse) -> Opened:
+    """Read the SSE stream until it has answered (`_until_answered`); nothing reaches the client yet, so a
+    failure until then fails the attempt (AttemptFailed) and the next backend serves the client a clean
+    stream of its own."""
+    meter = SseMeter(strip_usage=exchange.job.add_usage)
     # The first-token timeout runs until content arrives (a role frame is not a token).
     chunks = response.iter_chunks(lambda: meter.first_token_at is not None)
     held = await _until_answered(meter, chunks)
-    head = headers(exchange, response.content_type)
+    return Opened(meter, chunks, held, response.content_type)
+
+
+async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = None) -> None:
+    """Pump the answered SSE stream through as it arrives, measuring it on the way: the head and what
+    was held first, then each read as it comes; a failure from here on ends the stream with an error
+    frame. The hang watch (`watched`) may cut a stream whose backend stalled: it ends the same way, at
+    once, rather than after the idle timeout."""
+    job, record, send = exchange.job, exchange.record, exchange.send
+    meter, chunks = opened.meter, opened.chunks
+    head = headers(exchange, opened.content_type)
     head.append((b"cache-control", b"no-cache"))
     await send({"type": "http.response.start", "status": 200, "headers": head})
     exchange.streaming = True
     tail = b""
     try:
-        if held:
-            await send({"type": "http.response.body", "body": held, "more_body": True})
-        async for chunk in chunks:  # the same reads, past what was held
-            out = meter.feed(chunk)
-            if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
-        tail = meter.flush()
+        async with asyncio.timeout(None) as scope:
+            if watched is not None:
+                watched.meter, watched.scope, watched.committed = meter, scope, True
+            if opened.held:
+                await send({"type": "http.response.body", "body": opened.held, "more_body": True})
+            async for chunk in chunks:  # the same reads, past what was held
+                out = meter.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            tail = meter.flush()
     except UpstreamError as exc:
         # The status is already 200: the client learns of the failure from an error frame.
         record.error = str(exc)
         frame = error_frame(f"the backend failed mid-stream: {exc}", "upstream_stream_error")
         tail = frame + b"data: [DONE]\n\n"
+    except TimeoutError:
+        if watched is None or watched.cut is None or not scope.expired():
+            raise
+        record.error = watched.cut
+        tail = error_frame(f"{watched.cut} (mid-stream)", "backend_stalled") + b"data: [DONE]\n\n"
+    finally:
+        if watched is not None:
+            watched.scope = None
     take_stream_measures(record, meter, job.started)
     exchange.commit()
     await send({"type": "http.response.body", "body": tail, "more_body": False})
@@ -132,6 +168,7 @@ def _error_before_content(error: dict[str, Any]) -> AttemptFailed | None:
     answer = (orjson.dumps({"error": error}), "application/json")
     failed = AttemptFailed(f"error frame before any content: HTTP {code} {message}", status, answer)
     failed.outcome = outcome
+    failed.answered = True
     return failed
 
 
@@ -174,6 +211,36 @@ async def bad_body(exchange: Exchange, why: str) -> None:
     await send_bytes(exchange.send, 400, body, head)
 
 
+async def rejected_input(exchange: Exchange, rejected: InputRejected) -> None:
+    """Two engines failed the same request the same way: the input is the client's, a 400 saying so."""
+    record = exchange.record
+    (first, one), (second, other) = rejected.first, rejected.second
+    record.failures.append((second, str(other)))
+    record.status, record.error = 400, f"engines rejected the input: {rejected}"
+    exchange.commit()
+    said = _engine_message(other)
+    message = (
+        f"the engines rejected this input: {first} answered HTTP {one.status}, {second} HTTP {other.status}"
+        + (f" ({said})" if said else "")
+    )
+    head = [(b"content-type", b"application/json"), (ERROR_SOURCE, b"gateway")]
+    head.append((b"x-gateway-backend", second.encode()))
+    head.append((b"x-gateway-profile", exchange.job.profile.encode()))
+    await send_bytes(exchange.send, 400, error_body(400, message, "engine_rejected_input"), head)
+
+
+def _engine_message(failed: AttemptFailed) -> str:
+    """The engine's own error message, when its answer has one (cut short: it goes to the client)."""
+    if failed.answer is None:
+        return ""
+    try:
+        error = orjson.loads(failed.answer[0]).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message)[:300] if message else ""
+
+
 async def last_failure(exchange: Exchange, last: AttemptFailed) -> None:
     """Every attempt failed: the last 5xx is passed through as it was, or 502/504 naming every failure."""
     record = exchange.record
@@ -186,7 +253,8 @@ async def last_failure(exchange: Exchange, last: AttemptFailed) -> None:
     if last.answer is not None:
         await send_bytes(exchange.send, last.status, last.answer[0], head)
     else:
-        body = error_body(last.status, f"no backend answered: {record.error}", "upstream_unavailable")
+        code = last.code or "upstream_unavailable"
+        body = error_body(last.status, f"no backend answered: {record.error}", code)
         await send_bytes(exchange.send, last.status, body, head)
 
 

@@ -26,6 +26,7 @@ from gateway.backends.registry import Status
 from gateway.backends.warmup import Warming, Warmups
 from gateway.proxy.admission import Admission, AdmissionConfig, Refused
 from gateway.proxy.breaker import BreakerConfig, Breakers, StateName
+from gateway.proxy.stall import StallWatch
 from gateway.settings import Settings
 
 # Prometheus value of each breaker state: 0 closed, 1 half-open, 2 open.
@@ -58,6 +59,7 @@ class Reliability:
         config = AdmissionConfig(q.max_queue, q.timeout_s, q.retry_after_s)
         self.admission = Admission(config, warmups.registry.inflight)
         self.admission.configure({backend.name: backend.max_concurrency for backend in settings.backends})
+        self.stall = StallWatch(settings.stall, warmups.registry)  # hang detection (proxy/stall.py)
 
     def on_status(self, backend: str, status: Status) -> None:
         """Registry listener: the prober's verdict opens or closes the backend's slots. A backend that
@@ -150,3 +152,36 @@ class ReliabilityCollector(Collector):
         yield state
         yield opened
         yield waiting
+        yield from self._stalls()
+
+    def _stalls(self) -> Iterator[Metric]:
+        registry = self.reliability.warmups.registry
+        stalled = GaugeMetricFamily(
+            "gateway_backend_stalled",
+            "1 while the backend is stalled: no bytes for far longer than its measured times",
+            labels=["backend"],
+        )
+        found = CounterMetricFamily(
+            "gateway_backend_stalls", "Times the backend was found stalled", labels=["backend"]
+        )
+        moved = CounterMetricFamily(
+            "gateway_backend_stall_failovers",
+            "Requests waiting for their first content on a stalled or dead backend, moved elsewhere",
+            labels=["backend"],
+        )
+        ended = CounterMetricFamily(
+            "gateway_backend_stall_stream_ends",
+            "Streams under way on a stalled backend, ended with an error frame before the idle timeout",
+            labels=["backend"],
+        )
+        counts = self.reliability.stall.counts()
+        for name, state in registry.backends.items():
+            stalled.add_metric([name], 0.0 if state.stalled_since is None else 1.0)
+            times, failovers, ends = counts.get(name, (0, 0, 0))
+            found.add_metric([name], times)
+            moved.add_metric([name], failovers)
+            ended.add_metric([name], ends)
+        yield stalled
+        yield found
+        yield moved
+        yield ended

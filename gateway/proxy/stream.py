@@ -13,6 +13,14 @@ payload is parsed once to learn what the client is being sent:
   response head, vLLM's empty role frame, keep-alive comments) nothing is lost by trying another backend
   (proxy/relay.py holds them back).
 Comment frames (`: keep-alive`, `: ping - ...`) pass through untouched.
+
+The Anthropic Messages and Responses streams (`event:` lines, typed `data:` objects, no `[DONE]`) are
+measured the same way: a `content_block_delta` with text, tool input or thinking (or a tool_use block
+starting), a `response.*.delta` with text, reasoning or tool arguments, is content; `message_start` and
+`message_delta` (Messages) and `response.completed` (Responses) carry the usage, kept as
+`prompt_tokens` / `completion_tokens` whatever the API calls them; `message_stop` and the final
+`response.*` event end the stream. `message_start`, `content_block_start` of a text block,
+`response.created` and `ping` are held like a role frame: nothing is lost by trying another backend.
 """
 
 from __future__ import annotations
@@ -24,6 +32,20 @@ from typing import Any
 import orjson
 
 _CONTENT_KEYS = ("content", "reasoning", "reasoning_content", "tool_calls", "function_call")
+# Typed events that carry generated content: Messages deltas, Responses text, reasoning and tool deltas.
+_DELTA_EVENTS = frozenset(
+    {
+        "content_block_delta",
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+    }
+)
+_DELTA_KEYS = ("text", "partial_json", "thinking")
+# A Responses stream's last event: done, stopped short (max_output_tokens) or failed.
+_FINAL_RESPONSE_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 class SseMeter:
@@ -102,6 +124,9 @@ class SseMeter:
             self.error = error if isinstance(error, dict) else {"message": str(error)}
             return True
         choices = event.get("choices")
+        if choices is None and isinstance(event.get("type"), str):
+            self._typed_event(event, now)  # the Anthropic and Responses streams: typed events
+            return True
         if _has_content(choices):
             self._token(now)
         elif self.first_token_at is None and _has_finish(choices):
@@ -115,6 +140,45 @@ class SseMeter:
             return not self.strip_usage
         return True
 
+    def _typed_event(self, event: dict[str, Any], now: float) -> None:
+        """One event of an Anthropic Messages or a Responses stream (both end without [DONE])."""
+        kind = event["type"]
+        if kind in _DELTA_EVENTS:
+            if _event_has_content(event):
+                self._token(now)
+        elif kind == "content_block_start":
+            block = event.get("content_block")
+            if isinstance(block, dict) and (block.get("type") == "tool_use" or block.get("text")):
+                self._token(now)  # a tool call begins (its name is content), or text rides on the start
+        elif kind == "message_start":
+            message = event.get("message")
+            self._take_usage(message.get("usage") if isinstance(message, dict) else None)
+        elif kind == "message_delta":
+            self._take_usage(event.get("usage"))
+            self.finished = True  # its stop_reason ends the message
+        elif kind == "message_stop":
+            self.finished = self.done = True
+        elif kind in _FINAL_RESPONSE_EVENTS:
+            response = event.get("response")
+            if isinstance(response, dict):
+                self._take_usage(response.get("usage"))
+                error = response.get("error")
+                if kind == "response.failed" and self.error is None:
+                    self.error = error if isinstance(error, dict) else {"message": "the response failed"}
+            self.finished = self.done = True
+        elif kind == "error":  # Responses: {"type": "error", "code", "message"}
+            self.error = {"message": str(event.get("message", "")), "code": event.get("code")}
+
+    def _take_usage(self, usage: Any) -> None:
+        counts = usage_counts(usage)
+        if counts is None:
+            return
+        old = self.usage or {}
+        # message_start carries the input, message_delta the output so far (and sometimes the input again).
+        prompt = counts[0] if counts[0] is not None else old.get("prompt_tokens")
+        completion = counts[1] if counts[1] is not None else old.get("completion_tokens")
+        self.usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+
     def _token(self, now: float) -> None:
         self.content_frames += 1
         if self.first_token_at is None:
@@ -122,6 +186,38 @@ class SseMeter:
         elif self.last_token_at is not None:
             self.itl.append(now - self.last_token_at)
         self.last_token_at = now
+
+
+def usage_counts(usage: Any) -> tuple[int | None, int | None] | None:
+    """(prompt tokens, output tokens) of a `usage` object in any API's spelling: chat's prompt_tokens /
+    completion_tokens, Messages' and Responses' input_tokens / output_tokens (Messages counts cached
+    input apart: cache reads and writes are prompt tokens too). None when it is not a usage object."""
+    if not isinstance(usage, dict):
+        return None
+    if "prompt_tokens" in usage or "completion_tokens" in usage:
+        return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    prompt = _count(usage.get("input_tokens"))
+    if prompt is not None:
+        cached = (
+            _count(usage.get(k)) or 0 for k in ("cache_read_input_tokens", "cache_creation_input_tokens")
+        )
+        prompt += sum(cached)
+    return prompt, _count(usage.get("output_tokens"))
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _event_has_content(event: dict[str, Any]) -> bool:
+    delta = event.get("delta")
+    if isinstance(delta, str):  # Responses: the delta is the text itself
+        return bool(delta)
+    if isinstance(delta, dict):  # Messages: text_delta, input_json_delta, thinking_delta
+        for key in _DELTA_KEYS:
+            if delta.get(key):
+                return True
+    return False
 
 
 def _boundary(buf: bytearray, start: int) -> tuple[int, int]:

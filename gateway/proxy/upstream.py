@@ -8,7 +8,8 @@ before the first byte (retry elsewhere) from one in the middle of a body:
     UpstreamError
      +-- UpstreamConnectError   connection refused/reset before the response headers
      |    +-- UpstreamRefused   no connection at all (proof that nothing listens: passive health)
-     +-- UpstreamTimeout        connect, first-token or idle-gap timeout
+     +-- UpstreamTimeout        first-token or idle-gap timeout
+     |    +-- UpstreamConnectTimeout   no connection within the connect timeout
      +-- UpstreamBroken         the body ended early (connection dropped mid-stream)
 
 Two read timeouts, because waiting for the first token and waiting between tokens are different things:
@@ -60,6 +61,10 @@ class UpstreamRefused(UpstreamConnectError):
 
 class UpstreamTimeout(UpstreamError):
     pass
+
+
+class UpstreamConnectTimeout(UpstreamTimeout):
+    """No connection within the connect timeout (a host that drops the handshake, a full backlog)."""
 
 
 class UpstreamBroken(UpstreamError):
@@ -193,6 +198,8 @@ class AiohttpTransport:
         try:
             async with asyncio.timeout_at(first_deadline):
                 response = await session.post(url, data=body, headers=headers)
+        except aiohttp.ConnectionTimeoutError as exc:  # a TimeoutError too: asked first
+            raise UpstreamConnectTimeout(f"no connection within {self.timeouts.connect_s:g}s") from exc
         except TimeoutError as exc:
             raise UpstreamTimeout("no response headers from the backend in time") from exc
         except aiohttp.ClientConnectorError as exc:

@@ -1,6 +1,6 @@
 """Plain records shared by every layer: what a request looks like (Features), what a backend looks like
 (BackendSnapshot) and what its engine reports (EngineHint), what the router decided (Candidate, Refusal,
-Decision, ExplorationPlan), what happened to a request (RequestRecord) and the measurement kept of it
+Decision, ExplorationPlan, Spill), what happened to a request (RequestRecord) and the measurement kept of it
 (Sample).
 
 The bottom of the layering (docs/ARCHITECTURE.md): these modules import nothing of the gateway, so routing
@@ -8,7 +8,7 @@ and policy work on plain data and every other package can hand it to them. No fr
 """
 
 from gateway.records.backend import BackendSnapshot
-from gateway.records.decision import Candidate, Decision, ExplorationPlan, Refusal
+from gateway.records.decision import Candidate, Decision, ExplorationPlan, Refusal, Spill
 from gateway.records.engine_hint import EngineHint
 from gateway.records.features import Features
 from gateway.records.request_record import RequestRecord
@@ -24,4 +24,5 @@ __all__ = [
     "Refusal",
     "RequestRecord",
     "Sample",
+    "Spill",
 ]

@@ -13,8 +13,18 @@ class BackendSnapshot:
     ready: bool = True
     starting: bool = False  # warming up (connection refused / 503 loading): not dead
     breaker_open: bool = False
+    # No byte from its in-flight requests for far longer than it usually takes (proxy/stall.py): out for
+    # now, like an open breaker, until it produces bytes again.
+    stalled: bool = False
     inflight: int = 0  # counted from the moment of dispatch, streams and retries included
     max_concurrency: int | None = None
     context_length: int | None = None  # None: unknown, assume it fits
     modalities: frozenset[str] = frozenset({"text"})
     tags: frozenset[str] = frozenset()
+    # The endpoints it serves (records/endpoints.py names), natively or translated; None: every one.
+    endpoints: frozenset[str] | None = None
+    # Overload, from the engine's side: requests waiting inside it by its latest fresh report (None:
+    # unknown or stale), and how many sequences it runs at once where it says (SGLang
+    # max_running_requests, llama.cpp total_slots; vLLM does not tell its max_num_seqs).
+    engine_waiting: float | None = None
+    engine_capacity: int | None = None

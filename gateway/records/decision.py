@@ -42,6 +42,19 @@ class ExplorationPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class Spill:
+    """The ranking's first backend was saturated, so a backend with room (or, all saturated, a shorter
+    queue) was moved ahead of it."""
+
+    source: str  # the backend the ranking put first
+    target: str  # the backend that takes the request instead
+    why: str  # the saturation, e.g. "12 in flight, capacity 8"
+
+    def __str__(self) -> str:
+        return f"spilled from {self.source} (saturated: {self.why}) to {self.target}"
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     profile: str
     ranked: tuple[str, ...]  # eligible backends best first: the first is tried, the rest are failover
@@ -51,3 +64,4 @@ class Decision:
     # request once back, best first: what it may wait for when nothing serves now or every attempt failed.
     fallback: tuple[str, ...] = ()
     exploration: ExplorationPlan | None = None  # booked by the dispatcher when it sends the request
+    spill: Spill | None = None  # set when saturation reordered the ranking

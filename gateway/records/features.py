@@ -20,3 +20,6 @@ class Features:
     temperature: float | None = None
     n: int = 1
     pool_inflight: int = 0  # live concurrency of the model pool at decision time (this request excluded)
+    # Share (0..1) of the prompt's word 4-grams that occur more than once (gateway/repetition.py): high for
+    # edits, code and quoted tool results, where speculative drafts are mostly accepted; ~0 for novel prose.
+    repetition: float = 0.0

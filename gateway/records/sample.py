@@ -19,6 +19,9 @@ class Sample:
     # Share of the request's life (0..1) during which another backend of its device had requests in
     # flight: their weights are read every step too, so they slow this request whatever its own load.
     device_share: float = 0.0
+    # The prompt's repetition share (records.Features.repetition): on a speculative engine it sets how many
+    # drafts are accepted, so the router can tell repetitive from novel content apart in decode speed.
+    repetition: float = 0.0
 
     @property
     def tpot(self) -> float | None:

@@ -54,6 +54,8 @@ def build_explanation(
         ],
         "ranked": list(decision.ranked),
         "chosen": decision.ranked[0] if decision.ranked else None,
+        # "spilled from X (saturated: 12 in flight, capacity 8) to Y" when overload moved the first choice.
+        "spill": None if decision.spill is None else str(decision.spill),
         # Out for now only (warming up, full, breaker open), best first: what the request could wait for.
         "fallback": list(decision.fallback),
         "refusal": None

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.records import BackendSnapshot, Refusal
+from gateway.records.endpoints import ENDPOINT_PATHS
 from gateway.routing.context import RouteContext
 from gateway.routing.features import DEFAULT_OUTPUT_TOKENS, needed_tokens
 
@@ -35,7 +36,21 @@ def once_back(b: BackendSnapshot) -> BackendSnapshot:
     """The backend as it will be once warmed up (a starting backend counts as ready), with room (nothing in
     flight) and its breaker cooled down (each lets a probe through after its cool-down). A backend down
     without warming up stays not ready."""
-    return dataclasses.replace(b, ready=b.ready or b.starting, starting=False, inflight=0, breaker_open=False)
+    ready = b.ready or b.starting
+    return dataclasses.replace(b, ready=ready, starting=False, inflight=0, breaker_open=False, stalled=False)
+
+
+def _endpoint_unserved(ctx: RouteContext, b: BackendSnapshot) -> str | None:
+    endpoint = ctx.features.endpoint
+    if b.endpoints is None or endpoint in b.endpoints:
+        return None
+    return f"does not serve {ENDPOINT_PATHS.get(endpoint, endpoint)}"
+
+
+def _no_endpoint(ctx: RouteContext, rejected: Sequence[BackendSnapshot]) -> Refusal:
+    path = ENDPOINT_PATHS.get(ctx.features.endpoint, ctx.features.endpoint)
+    message = f"no backend of pool {ctx.pool} serves {path} (a backend's `endpoints:` in the config adds it)"
+    return Refusal(400, "unsupported_endpoint", message)
 
 
 def _missing_modalities(ctx: RouteContext, b: BackendSnapshot) -> str | None:
@@ -139,6 +154,8 @@ def _none_ready(ctx: RouteContext, rejected: Sequence[BackendSnapshot]) -> Refus
 
 
 def _breaker_open(ctx: RouteContext, b: BackendSnapshot) -> str | None:
+    if b.stalled:
+        return "stalled (no bytes for far longer than it usually takes)"
     return "circuit breaker open (recent failures)" if b.breaker_open else None
 
 
@@ -167,6 +184,7 @@ def _all_full(ctx: RouteContext, rejected: Sequence[BackendSnapshot]) -> Refusal
 
 
 DEFAULT_FILTERS: tuple[Filter, ...] = (
+    Filter("endpoint", _endpoint_unserved, _no_endpoint),
     Filter("modality", _missing_modalities, _no_modality),
     Filter("context", _context_too_small, _no_context),
     Filter("require", _profile_requirement, _no_requirement),

@@ -15,13 +15,14 @@ from typing import Any, Protocol, cast
 from gateway.policy.classify import classify, classify_explained
 from gateway.policy.load import LoadedPolicy
 from gateway.policy.schema import Policy, Profile
-from gateway.records import BackendSnapshot, Candidate, Decision, Features, Refusal
+from gateway.records import BackendSnapshot, Candidate, Decision, Features, Refusal, Spill
 from gateway.routing.context import RouteContext
 from gateway.routing.explain import build_explanation
 from gateway.routing.features import TokenEstimator, content_size, extract_features
 from gateway.routing.filters import DEFAULT_FILTERS, Filter, once_back
 from gateway.routing.picker import pick
 from gateway.routing.scorers import CandidateScorer, Independent, LoadScorer, PreferenceScorer, Scorer
+from gateway.routing.spill import saturation, spill
 
 WeightedScorer = tuple[CandidateScorer, float]
 
@@ -34,6 +35,8 @@ def schedule(
 ) -> Decision:
     """Filter in order (stop when none are left: that filter writes the refusal), score the survivors,
     rank them by weighted sum. Every backend ends up in `candidates`, with its reason or its scores.
+    A saturated first choice gives way to the next backend with room, unless the profile forbids it
+    (routing/spill.py).
 
     A backend that only filters about now reject is followed as it will be once back through the
     remaining filters; those that pass are scored in the same evaluation and ranked as the fallback."""
@@ -69,27 +72,45 @@ def schedule(
     per_scorer = {s.name: a.scores for s, a in assessed}
     weights = {s.name: w for s, w in scorers}
     ranked = pick(per_scorer, weights, [b.name for b in survivors])
+    order, spilled = _spilled(ctx, [name for name, _ in ranked], survivors)
+    totals = dict(ranked)
     waiting = {b.name for b in later}
     fallback = pick(per_scorer, weights, [b.name for b in backends if b.name in waiting])
     exploration = next((a.exploration for _, a in assessed if a.exploration is not None), None)
+    by_name = {b.name: b for b in survivors}
     scored = [
         Candidate(
             name,
             eligible=True,
-            reason=f"rank {i + 1}",
-            score=round(total, 6),
+            reason=_rank_reason(i, by_name[name]),
+            score=round(totals[name], 6),
             details={s: round(per[name], 6) for s, per in per_scorer.items() if name in per},
         )
-        for i, (name, total) in enumerate(ranked)
+        for i, name in enumerate(order)
     ]
     return Decision(
         profile,
-        tuple(name for name, _ in ranked),
+        order,
         tuple(scored + filtered),
         refusal,
         fallback=tuple(name for name, _ in fallback),
         exploration=exploration,
+        spill=spilled,
     )
+
+
+def _spilled(
+    ctx: RouteContext, ranked: Sequence[str], survivors: Sequence[BackendSnapshot]
+) -> tuple[tuple[str, ...], Spill | None]:
+    """The ranking after overload spill (routing/spill.py), unless the profile forbids it."""
+    if not ctx.profile.spill:
+        return tuple(ranked), None
+    return spill(ranked, {b.name: b for b in survivors})
+
+
+def _rank_reason(i: int, b: BackendSnapshot) -> str:
+    why = saturation(b)
+    return f"rank {i + 1}" if why is None else f"rank {i + 1} (saturated: {why})"
 
 
 class Completion(Protocol):

@@ -8,10 +8,11 @@ probe request is sent; the probe is the shape itself.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import pytest
-from e2e_harness import gateway_over_fleet, held, image_messages, send, text_messages
+from e2e_harness import Stack, gateway_over_fleet, held, image_messages, send, text_messages
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,12 @@ CASES = [
     ("spark-duo-35b", "B", "fp8-base", "long-prefill-concurrent", True),
     ("spark-duo-35b", "C", "fp8-mtp", "concurrent-stress", True),
     ("spark-duo-35b", "D", "fp8-mtp", "chat", True),
-    # policies/spark-pair.yaml: beyond 8k (prompt + output) to SGLang, the rest to NVFP4 + MTP. The C probe
-    # is not read to its end: the NVFP4 box runs four sequences at a time, so it waits behind held ones.
+    # policies/spark-pair.yaml: beyond 8k (prompt + output) to SGLang, the rest to NVFP4 + MTP. The NVFP4
+    # box runs four sequences at a time, so at C the held requests queue inside it and the probe spills
+    # to SGLang, which has room (docs/policy.md, Overload spill).
     ("spark-pair-27b", "A", "vllm-nvfp4-mtp", "default", True),
     ("spark-pair-27b", "B", "sglang-fp8-ngram", "long-context", True),
-    ("spark-pair-27b", "C", "vllm-nvfp4-mtp", "default", False),
+    ("spark-pair-27b", "C", "sglang-fp8-ngram", "default", True),
     ("spark-pair-27b", "D", "vllm-nvfp4-mtp", "default", True),
     # policies/spark-home.yaml: all text to the DFlash quant.
     ("spark-home-35b", "A", "q475-dflash", "default", True),
@@ -43,9 +45,18 @@ CASES = [
     ("spark-home-35b", "D", "q475-dflash", "default", True),
 ]
 SHAPES = {"A": A, "B": B, "C": C, "D": D}
+# (fleet, shape) -> the preferred backend whose engine queue the probe spills from: vLLM does not announce
+# its max_num_seqs, so the probe waits until the gateway has scraped that queue.
+SPILLS = {("spark-pair-27b", "C"): "vllm-nvfp4-mtp"}
 # Output of the held requests: long enough to outlast the probe, small enough that 16 of them fit the
 # KV cache (and, on spark-pair, the 8k context of the NVFP4 box for the C shape).
 HELD_OUTPUT = {"spark-duo-35b": 12000, "spark-pair-27b": 6000, "spark-home-35b": 12000}
+
+
+async def queue_seen(stack: Stack, backend: str) -> None:
+    async with asyncio.timeout(5):
+        while not (stack.gateway.registry.engine_waiting(backend) or 0) > 0:
+            await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize(
@@ -62,6 +73,8 @@ async def test_seed_shape_goes_where_the_policy_says(
         held(stack, shape.in_flight - 1, shape.prompt, HELD_OUTPUT[fleet]),
     ):
         assert stack.inflight() == shape.in_flight - 1
+        if (fleet, shape_name) in SPILLS:
+            await queue_seen(stack, SPILLS[fleet, shape_name])
         routed = await send(stack, text_messages(shape.prompt), shape.output, complete=complete)
     assert (routed.backend, routed.profile) == (backend, profile)
     if complete:

@@ -80,6 +80,18 @@ async def test_sglang_context_from_server_info_and_vision_from_model_info() -> N
     assert found.modalities == frozenset({"text", "image"})
 
 
+async def test_sglang_and_llamacpp_announce_how_many_sequences_they_run() -> None:
+    sglang = {
+        "/v1/models": {"data": [{"id": "s", "max_model_len": 32768}]},
+        "/server_info": {"max_running_requests": 48},
+    }
+    assert (await FLAVORS["sglang"].discover(fetcher(sglang))).capacity == 48
+    llamacpp = {"/props": {"total_slots": 4}, "/v1/models": {"data": [{"id": "g"}]}}
+    assert (await FLAVORS["llamacpp"].discover(fetcher(llamacpp))).capacity == 4
+    vllm = {"/v1/models": {"data": [{"id": "v", "max_model_len": 8192}]}}
+    assert (await FLAVORS["vllm"].discover(fetcher(vllm))).capacity is None
+
+
 async def test_openai_flavor_probes_models_and_discovers_no_context() -> None:
     flavor = FLAVORS["openai"]
     assert flavor.health_path == "/v1/models"

@@ -1,0 +1,294 @@
+"""`spark-gateway bench hostile {stall,mix}`: what hostile input costs everybody else.
+
+Loopback only. Twin engines run in this process; the gateway runs as a `spark-gateway serve` subprocess
+(its resident memory measured from /proc), with `--limit KEY=VALUE` overriding its `limits:` settings.
+
+- `stall`: one stream is relayed while `--parallel` bodies of `--messages` tiny messages (1,000,000: a
+  30 MB body) are posted. Prints the stream's longest gap between two chunks before and during the posts,
+  the posts' statuses and times, and the gateway's RSS before, at its peak and after. With the default
+  `max_messages` the body is refused; `--limit max_messages=2000000` measures the parse of all of it.
+  `--limit parse_offload_bytes=1073741824` parses every body inline with orjson, as the gateway did
+  before api/body_parse.py.
+- `mix`: `--legit` legitimate requests at `--rate` per second, alone and with `--bad` malformed ones of
+  20 kinds (gateway/bench/malformed.py) interleaved, in alternating rounds. Prints each run's p50 and p99
+  latency of the legitimate requests, and per mode the median and spread over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+from gateway.bench.malformed import malformed, send_raw
+from gateway.bench.soak import STATE_DIR_ENV, _free_port, _rss_mb, wait_ready
+from gateway.sim.fleet import EngineSpec, FleetSpec
+from gateway.sim.perf import DeviceSpec
+from gateway.sim.runner import TwinFleet
+
+MODEL = "hostile-model"
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "hostile", help="what a huge body or malformed requests cost the other requests"
+    )
+    modes = parser.add_subparsers(dest="mode", required=True)
+    stall = modes.add_parser("stall", help="one stream's chunk gaps while huge bodies are posted")
+    stall.add_argument("--messages", type=int, default=1_000_000, help="tiny messages per body")
+    stall.add_argument("--parallel", type=int, default=1, help="bodies posted at once")
+    mix = modes.add_parser("mix", help="legitimate p99 with and without malformed requests")
+    mix.add_argument("--legit", type=int, default=1000)
+    mix.add_argument("--bad", type=int, default=100)
+    mix.add_argument("--rate", type=float, default=40.0, help="legitimate requests per second")
+    mix.add_argument("--rounds", type=int, default=3, help="rounds of each mode, alternating")
+    for sub in (stall, mix):
+        sub.add_argument("--limit", action="append", default=[], metavar="KEY=VALUE", help="gateway limits")
+        sub.add_argument("--seed", type=int, default=0)
+        sub.add_argument("--json", action="store_true")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = asyncio.run(stall(args) if args.mode == "stall" else mix(args))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>22}: {value}")
+    return 0
+
+
+def _limits(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _fleet(names: list[str]) -> FleetSpec:
+    return FleetSpec(
+        name="hostile",
+        devices={name: DeviceSpec() for name in names},
+        engines=[EngineSpec(name=n, served_model_name=MODEL, device=n, seed=i) for i, n in enumerate(names)],
+    )
+
+
+@asynccontextmanager
+async def _gateway(
+    fleet: TwinFleet, limits: dict[str, Any]
+) -> AsyncIterator[tuple[str, subprocess.Popen[bytes], aiohttp.ClientSession]]:
+    port = _free_port()
+    config = {
+        "host": "127.0.0.1",
+        "port": port,
+        "backends": [{"name": n, "url": fleet.url(n), "flavor": "vllm"} for n in fleet.names],
+        "pools": [{"model": MODEL, "backends": list(fleet.names)}],
+        "limits": limits,
+        "state_dir": None,
+    }
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+        path = Path(tmp) / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        command = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--log-level", "error"]
+        env = {k: v for k, v in os.environ.items() if k != STATE_DIR_ENV}
+        process = subprocess.Popen(command, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            connector = aiohttp.TCPConnector(limit=2000)
+            timeout = aiohttp.ClientTimeout(total=120)
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                await wait_ready(session, url, process)
+                yield url, process, session
+        finally:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+class _RssPeak:
+    """Samples a process's RSS every 20 ms from a thread (the loop may be the thing that is stalled)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, _rss_mb(self.pid))
+
+    def __enter__(self) -> _RssPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def _stream_chunks(
+    session: aiohttp.ClientSession, url: str, times: list[list[float]], stop: asyncio.Event
+) -> None:
+    """Streams one long answer after another until `stop`; each stream's chunk arrival times apart."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "go"}],
+        "max_tokens": 4000,
+        "stream": True,
+    }
+    while not stop.is_set():
+        arrivals: list[float] = []
+        times.append(arrivals)
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            async for _ in response.content.iter_any():
+                arrivals.append(time.monotonic())
+                if stop.is_set():
+                    return
+
+
+def _max_gap(times: list[list[float]], start: float, end: float) -> float:
+    gaps = [b - a for stream in times for a, b in zip(stream, stream[1:], strict=False) if start <= b <= end]
+    return round(max(gaps, default=0.0) * 1000, 1)
+
+
+def _post(url: str, body: bytes) -> tuple[int, float]:
+    """POST from a thread with a blocking client: sending 30 MB must not stall this process's loop, which
+    runs the twin engine and reads the stream being measured."""
+    host, port = url.removeprefix("http://").split(":")
+    began = time.monotonic()
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        connection.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        return response.status, round(time.monotonic() - began, 2)
+    finally:
+        connection.close()
+
+
+async def stall(args: argparse.Namespace) -> dict[str, Any]:
+    messages = [{"role": "user", "content": "x"}] * args.messages
+    # A model no pool serves: read, parsed and checked in full, then refused (404) before routing, so no
+    # engine parses it (the twin runs in this process: its work would stall the stream measured).
+    big = orjson.dumps({"model": "no-such-model", "messages": messages, "max_tokens": 4})
+    del messages
+    async with TwinFleet(_fleet(["e0"]), time_scale=20.0, ephemeral_ports=True) as fleet:
+        await fleet.wait_ready(30)
+        async with _gateway(fleet, _limits(args.limit)) as (url, process, session):
+            times: list[list[float]] = []
+            stop = asyncio.Event()
+            streamer = asyncio.create_task(_stream_chunks(session, url, times, stop))
+            await asyncio.sleep(2.0)
+            rss_before = _rss_mb(process.pid)
+            posted = time.monotonic()
+
+            with _RssPeak(process.pid) as peak:
+                posts = (asyncio.to_thread(_post, url, big) for _ in range(args.parallel))
+                answers = await asyncio.gather(*posts)
+                done = time.monotonic()
+                await asyncio.sleep(0.5)
+            stop.set()
+            await asyncio.gather(streamer, return_exceptions=True)
+            rss_after = _rss_mb(process.pid)
+    return {
+        "body_mb": round(len(big) / 1e6, 1),
+        "parallel": args.parallel,
+        "limits": _limits(args.limit),
+        "statuses": dict(Counter(status for status, _ in answers)),
+        "post_seconds": [seconds for _, seconds in answers],
+        "gap_before_ms": _max_gap(times, posted - 1.5, posted),
+        "gap_during_ms": _max_gap(times, posted, done + 0.5),
+        "rss_before_mb": rss_before,
+        "rss_peak_mb": max(peak.peak, rss_before),
+        "rss_after_mb": rss_after,
+    }
+
+
+async def _legit(session: aiohttp.ClientSession, url: str, i: int) -> tuple[bool, float]:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"q {i}"}],
+        "max_tokens": 8,
+        "stream": i % 2 == 0,
+    }
+    began = time.monotonic()
+    async with session.post(url + "/v1/chat/completions", json=body) as response:
+        raw = await response.read()
+    return response.status == 200 and b'"error"' not in raw, time.monotonic() - began
+
+
+async def _round(
+    session: aiohttp.ClientSession, url: str, args: argparse.Namespace, bad: list[tuple[str, bytes]]
+) -> dict[str, Any]:
+    host, port = url.removeprefix("http://").split(":")
+    every = max(1, args.legit // len(bad)) if bad else 0
+    legit: list[asyncio.Task[tuple[bool, float]]] = []
+    hostile: list[asyncio.Task[Any]] = []
+    started = time.monotonic()
+    for i in range(args.legit):
+        await asyncio.sleep(max(0.0, started + i / args.rate - time.monotonic()))
+        legit.append(asyncio.create_task(_legit(session, url, i)))
+        if every and i % every == every - 1 and i // every < len(bad):
+            hostile.append(asyncio.create_task(send_raw(host, int(port), bad[i // every][1])))
+    results = await asyncio.gather(*legit)
+    answers = await asyncio.gather(*hostile)
+    seconds = sorted(s for _, s in results)
+    return {
+        "ok": sum(ok for ok, _ in results),
+        "p50_ms": round(statistics.median(seconds) * 1000, 1),
+        "p99_ms": round(seconds[int(0.99 * (len(seconds) - 1))] * 1000, 1),
+        "bad_4xx_json": sum(1 for a in answers if 400 <= a.status < 500 and a.json_error),
+        "bad_5xx": sum(1 for a in answers if a.status >= 500),
+    }
+
+
+def _summary(runs: list[dict[str, Any]], key: str) -> str:
+    values = [run[key] for run in runs]
+    return f"{statistics.median(values)} (spread {min(values)}-{max(values)})"
+
+
+async def mix(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    async with TwinFleet(_fleet(["e0", "e1"]), time_scale=50.0, ephemeral_ports=True) as fleet:
+        await fleet.wait_ready(30)
+        async with _gateway(fleet, _limits(args.limit)) as (url, _, session):
+            await _round(session, url, argparse.Namespace(legit=100, rate=args.rate), [])  # warm-up
+            clean: list[dict[str, Any]] = []
+            hostile: list[dict[str, Any]] = []
+            for _ in range(args.rounds):
+                clean.append(await _round(session, url, args, []))
+                hostile.append(await _round(session, url, args, malformed(MODEL, args.bad, rng)))
+    p99 = statistics.median(r["p99_ms"] for r in hostile) / statistics.median(r["p99_ms"] for r in clean)
+    return {
+        "clean_runs": clean,
+        "hostile_runs": hostile,
+        "clean_p50_ms": _summary(clean, "p50_ms"),
+        "hostile_p50_ms": _summary(hostile, "p50_ms"),
+        "clean_p99_ms": _summary(clean, "p99_ms"),
+        "hostile_p99_ms": _summary(hostile, "p99_ms"),
+        "p99_ratio": round(p99, 2),
+    }

@@ -1,0 +1,78 @@
+"""Overload spill: a ranking never piles onto a saturated backend while another one has room.
+
+A backend is saturated when a request sent to it now would wait inside the engine instead of running:
+- its engine says requests are already waiting (`engine_waiting` > 0, from its latest fresh report) while
+  the gateway has requests in flight there (a report of a queue the gateway's own count says is gone is
+  older than that count: a request caught between two engine steps by the scrape, since finished), or
+- the gateway's in-flight count to it is at or past its capacity: the smaller of its configured
+  `max_concurrency` and the engine's own limit on running sequences (`engine_capacity`), where known.
+
+Spilling reorders a ranking so the backends with room come first, each group keeping its own order: the
+best backend with room takes the request, and the saturated ones stay behind it as the failover order.
+When every ranked backend is saturated, the request joins the shortest queue relative to what the
+backend runs at once (queued / running: how many of its own batches a new request waits behind), ties in
+ranking order: a preference decides between equals, never between a queue of 4 and a queue of 200.
+Scores are untouched, so a profile that forbids spilling (`spill: false`) gets the plain ranking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gateway.records import BackendSnapshot, Spill
+
+
+def capacity(b: BackendSnapshot) -> int | None:
+    """How many requests the backend runs at once, where known: the tighter of the two limits."""
+    known = [c for c in (b.max_concurrency, b.engine_capacity) if c is not None]
+    return min(known) if known else None
+
+
+def saturation(b: BackendSnapshot) -> str | None:
+    """Why a request sent to `b` now would queue, or None when it has room (as far as anyone knows)."""
+    why = []
+    limit = capacity(b)
+    if limit is not None and b.inflight >= limit:
+        why.append(f"{b.inflight} in flight, capacity {limit}")
+    if b.engine_waiting is not None and b.engine_waiting > 0 and b.inflight > 0:
+        why.append(f"{b.engine_waiting:g} waiting in the engine")
+    return "; ".join(why) or None
+
+
+def spill(
+    ranked: Sequence[str], backends: Mapping[str, BackendSnapshot]
+) -> tuple[tuple[str, ...], Spill | None]:
+    """The ranking with the backends that have room moved ahead of the saturated ones, and the spill
+    made, if any. Nothing moves while the first backend has room: the request goes where it would."""
+    order = tuple(ranked)
+    why = saturation(backends[order[0]]) if order else None
+    if why is None:
+        return order, None
+    full = {name for name in order if saturation(backends[name]) is not None}
+    room = [name for name in order if name not in full]
+    if not room:
+        return _shortest_queue_first(order, backends, why)
+    return (*room, *(name for name in order if name in full)), Spill(order[0], room[0], why)
+
+
+def queue_ratio(b: BackendSnapshot) -> float:
+    """Requests waiting per request running on a saturated backend. Running is its capacity where known,
+    else what the gateway has in flight there less what the engine says waits (at least one)."""
+    waiting = b.engine_waiting or 0.0
+    limit = capacity(b)
+    running = limit if limit is not None else max(b.inflight - waiting, 1.0)
+    queued = max(b.inflight - running, waiting, 0.0)
+    return queued / max(running, 1.0)
+
+
+def _shortest_queue_first(
+    order: tuple[str, ...], backends: Mapping[str, BackendSnapshot], why: str
+) -> tuple[tuple[str, ...], Spill | None]:
+    """Every backend saturated: the ranking sorted by queue ratio (stable, so ties keep their rank)."""
+    balanced = tuple(sorted(order, key=lambda name: queue_ratio(backends[name])))
+    if balanced[0] == order[0]:
+        return order, None
+    first, chosen = backends[order[0]], backends[balanced[0]]
+    queues = f"queue {queue_ratio(first):.2g} vs {queue_ratio(chosen):.2g} per slot"
+    detail = f"{why}; every backend saturated, {queues}"
+    return balanced, Spill(order[0], balanced[0], detail)
