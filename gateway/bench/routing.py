@@ -1,21 +1,28 @@
-"""`spark-gateway bench routing --fleet FILE [--json]`: routing strategies compared on one mixed trace.
+"""`spark-gateway bench routing --fleet FILE [--trace FILE] [--json]`: routing strategies on one trace.
 
 The twin fleet and the gateway run in this process; the trace (routing_trace.TRACE: seed 003's A, B, C, D
-shapes in phases and mixed, plus image requests and over-length prompts) is replayed through the gateway's
-ASGI app once per strategy and round (`--repeats`), each on a fresh fleet and a fresh gateway:
+shapes in phases and mixed, plus image requests and over-length prompts; or a trace file, see
+routing_tracefile.py) is replayed through the gateway's ASGI app once per strategy and round
+(`--repeats`), each on a fresh fleet and a fresh gateway:
 
     round_robin     blind rotation over the pool (no capability or context filter)
     least_inflight  blind, fewest requests in flight
     static          the fleet's shipped policy
     adaptive        the same policy with `routing: adaptive`, starting with no samples
-    oracle          the best static assignment of each request class to a backend, found by trying them
+    oracle          the best fixed assignment of each request class to one backend, found by trying them
+    split_oracle    the best fixed per-class traffic fractions over the backends (find_split_oracle): a
+                    class may be spread, which the assignment oracle cannot do, so blind load balancing
+                    can beat the assignment oracle but should not beat this one
 
 Reported in simulated time: goodput (output tokens of successful requests / makespan), TTFT p50 and p95,
 failures (servable requests that did not succeed), refused (requests no backend of the fleet can take:
-over-length prompts, images on a fleet without vision) and percent of the oracle's goodput; median and
-spread over the rounds (routing_report.py). The event loop's lateness is sampled during every replay: the
-twin, the gateway and the client share it, so a loop late by a sizeable share of a request's latency
-(too high a --time-scale for the machine) measures the loop rather than the fleet, and the bench says so.
+over-length prompts, images on a fleet without vision), percent of each oracle's goodput, and adaptive
+against the best strategy of the same round; median and spread over the rounds (routing_report.py). On a
+fleet with faults, also how many requests the slowed engine still served after its slowdown and how many
+requests that had received no content when an engine crashed failed anyway. The event loop's lateness
+is sampled during every replay: the twin, the gateway and the client share it, so a loop late by a
+sizeable share of a request's latency (too high a --time-scale for the machine) measures the loop rather
+than the fleet, and the bench says so.
 """
 
 from __future__ import annotations
@@ -38,19 +45,22 @@ from tqdm import tqdm
 from gateway.api.openai import Router
 from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
-from gateway.bench.routing_report import StrategyResult, render, summarize
+from gateway.bench.routing_report import FaultFigures, StrategyResult, render, summarize
 from gateway.bench.routing_trace import (
-    CLASSES,
-    TRACE,
+    DEFAULT_TRACE,
     AssignmentRouter,
     LeastInflightRouter,
     Lifespan,
     Outcome,
     RoundRobinRouter,
+    SplitRouter,
     Stream,
+    Trace,
     post,
     request_body,
 )
+from gateway.bench.routing_tracefile import TraceError, load_trace
+from gateway.commands import CommandError
 from gateway.commands.serve import settings_for_fleet
 from gateway.settings import Settings
 from gateway.sim.fleet import FleetSpec, load_fleet
@@ -60,6 +70,8 @@ from gateway.stats.live import percentile
 DEFAULT_TIME_SCALE = 50.0  # x100 left the loop ~0.9 s (simulated) late at p95 on 2 shared cores
 DEFAULT_REPEATS = 3
 EXHAUSTIVE_LIMIT = 8  # oracle: every assignment up to this many, else one pass of coordinate descent
+SPLIT_BUDGET = 6  # split oracle: replays of candidate fractions after the best assignment
+SPLIT_STEPS = (0.5, 0.25)  # split oracle: shares of a class moved at once, coarse then fine
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,14 @@ class LoopLag:
 
 
 class Bench:
-    def __init__(self, spec: FleetSpec, time_scale: float, workdir: Path, progress: tqdm[Any]) -> None:
+    def __init__(
+        self,
+        spec: FleetSpec,
+        time_scale: float,
+        workdir: Path,
+        progress: tqdm[Any],
+        trace: Trace = DEFAULT_TRACE,
+    ) -> None:
         # The bench measures serving, not loading: engines start warm.
         engines = [e.model_copy(update={"warmup_s": 0.0}) for e in spec.engines]
         self.spec = spec.model_copy(update={"engines": engines})
@@ -115,7 +134,8 @@ class Bench:
         self.workdir = workdir
         self.progress = progress
         self.model = spec.engines[0].served_model_name
-        self.unservable = {name for name, c in CLASSES.items() if not c.servable_by(self.spec)}
+        self.trace = trace
+        self.unservable = {name for name, c in trace.classes.items() if not c.servable_by(self.spec)}
         self._runs = itertools.count()
 
     async def run(self, strategy: Strategy) -> StrategyResult:
@@ -128,12 +148,12 @@ class Bench:
             async with Lifespan(app):
                 await _until_ready(gateway.registry.backends)
                 async with LoopLag() as lag:
-                    outcomes, wall = await self._replay(app)
+                    outcomes, wall = await self._replay(app, fleet.clock.now)
         scaled = [_scaled(o, self.time_scale) for o in outcomes]
         result = summarize(strategy.name, scaled, wall * self.time_scale, self.unservable, strategy.detail)
         late = lag.p95()
         lag_ms = None if late is None else round(late * self.time_scale * 1000, 1)
-        return replace(result, loop_lag_p95_ms=lag_ms)
+        return replace(result, loop_lag_p95_ms=lag_ms, faults=fault_figures(self.spec, scaled))
 
     def _settings(self, urls: Mapping[str, str], policy: Path | None) -> Settings:
         base = settings_for_fleet(self.spec, dict(urls))
@@ -146,26 +166,42 @@ class Bench:
         }
         return base.model_copy(update=update)
 
-    async def _replay(self, app: Any) -> tuple[list[Outcome], float]:
+    async def _replay(self, app: Any, now: Callable[[], float]) -> tuple[list[Outcome], float]:
         loop = asyncio.get_running_loop()
         started = loop.time()
         outcomes: list[Outcome] = []
         seeds = itertools.count()
-        for phase in TRACE:
-            await asyncio.gather(*(self._stream(app, s, outcomes, seeds) for s in phase))
+        for phase in self.trace.phases:
+            await asyncio.gather(*(self._stream(app, s, outcomes, seeds, now) for s in phase))
         return outcomes, loop.time() - started
 
-    async def _stream(self, app: Any, stream: Stream, out: list[Outcome], seeds: Any) -> None:
-        cls = CLASSES[stream.cls]
-        left = iter(range(stream.requests))
+    async def _stream(
+        self, app: Any, stream: Stream, out: list[Outcome], seeds: Any, now: Callable[[], float]
+    ) -> None:
+        cls = self.trace.classes[stream.cls]
 
-        async def user() -> None:
-            for _ in left:
-                body = request_body(cls, self.model, cls.prompt_for(self.spec), next(seeds))
-                out.append(await post(app, cls, body))
-                self.progress.update(1)
+        async def one() -> None:
+            body = request_body(cls, self.model, cls.prompt_for(self.spec), next(seeds))
+            out.append(await post(app, cls, body, sent_at=now()))
+            self.progress.update(1)
 
-        await asyncio.gather(*(user() for _ in range(stream.users)))
+        offsets = stream.arrival_offsets()
+        if offsets is None:
+            left = iter(range(stream.requests))
+
+            async def user() -> None:
+                for _ in left:
+                    await one()
+
+            await asyncio.gather(*(user() for _ in range(stream.users)))
+            return
+        start = now()
+
+        async def at(offset: float) -> None:  # open loop: sent on time whatever the others are doing
+            await asyncio.sleep(max(0.0, start + offset - now()) / self.time_scale)
+            await one()
+
+        await asyncio.gather(*(at(offset) for offset in offsets))
 
 
 async def _until_ready(backends: Mapping[str, Any], timeout_s: float = 30.0) -> None:
@@ -176,30 +212,71 @@ async def _until_ready(backends: Mapping[str, Any], timeout_s: float = 30.0) -> 
 
 def _scaled(o: Outcome, factor: float) -> Outcome:
     ttft = None if o.ttft is None else o.ttft * factor
-    return Outcome(o.cls, o.status, ttft, o.e2e * factor, o.output_tokens, o.error, o.backend)
+    return Outcome(o.cls, o.status, ttft, o.e2e * factor, o.output_tokens, o.error, o.backend, o.sent_at)
+
+
+def fault_figures(spec: FleetSpec, outcomes: list[Outcome]) -> FaultFigures | None:
+    """What the fleet's faults cost (scaled outcomes; `sent_at` is on the fleet's clock, like the faults).
+
+    to_slowed: requests served by an engine that were sent at or after its slowdown_at_s ("requests to
+    leave": a router that noticed sends few). crash_no_content_failures: requests still running at an
+    engine's crash_at_s (or sent after it) that had received no content and still failed; the gateway
+    may fail those over, so every one counts against it.
+    """
+    slowed = {e.name: e.faults.slowdown_at_s for e in spec.engines if e.faults.slowdown_at_s is not None}
+    crashes = [e.faults.crash_at_s for e in spec.engines if e.faults.crash_at_s is not None]
+    if not slowed and not crashes:
+        return None
+    to_slowed = sum(1 for o in outcomes if o.backend in slowed and o.sent_at >= slowed[o.backend])
+    crash_at = min(crashes) if crashes else None
+    exposed = [o for o in outcomes if crash_at is not None and o.sent_at + o.e2e >= crash_at]
+    # 400s are the client's (over-length prompts, images without vision): no crash caused those.
+    no_content = sum(1 for o in exposed if not o.ok and o.ttft is None and o.status != 400)
+    return FaultFigures(
+        to_slowed=to_slowed if slowed else None,
+        sent_after_slowdown=sum(1 for o in outcomes if slowed and o.sent_at >= min(slowed.values())),
+        crash_no_content_failures=no_content if crashes else None,
+        crash_exposed=len(exposed) if crashes else None,
+    )
+
+
+def _options(bench: Bench) -> dict[str, list[str]]:
+    first = bench.spec.engines[0].name
+    return {name: c.servable_by(bench.spec) or [first] for name, c in bench.trace.classes.items()}
 
 
 def oracle_candidates(bench: Bench) -> list[dict[str, str]]:
     """Every assignment of the classes that have a choice, when few; else None (coordinate descent)."""
-    options = {name: c.servable_by(bench.spec) or [bench.spec.engines[0].name] for name, c in CLASSES.items()}
+    options = _options(bench)
     free = [name for name, opts in options.items() if len(opts) > 1]
     fixed = {name: opts[0] for name, opts in options.items() if len(opts) == 1}
     combos = list(itertools.product(*(options[name] for name in free)))
     return [{**fixed, **dict(zip(free, combo, strict=True))} for combo in combos]
 
 
-async def find_oracle(bench: Bench) -> tuple[Strategy, int]:
+@dataclass(frozen=True)
+class OracleSearch:
+    """A search's winner, its goodput in the search, and how many replays the search took."""
+
+    strategy: Strategy
+    assignment: dict[str, str]  # the assignment oracle's; empty for a split that moved some traffic
+    goodput: float
+    tried: int
+
+
+async def find_oracle(bench: Bench) -> OracleSearch:
     """The best static class -> backend assignment by goodput, and how many assignments were replayed."""
     candidates = oracle_candidates(bench)
     if len(candidates) <= EXHAUSTIVE_LIMIT:
         results = [(await bench.run(_assigned(a)), a) for a in candidates]
-        return _assigned(max(results, key=lambda r: r[0].goodput_tok_s)[1]), len(results)
+        result, best = max(results, key=lambda r: r[0].goodput_tok_s)
+        return OracleSearch(_assigned(best), best, result.goodput_tok_s, len(results))
     return await _descend(bench)
 
 
-async def _descend(bench: Bench) -> tuple[Strategy, int]:
+async def _descend(bench: Bench) -> OracleSearch:
     """Start from the best all-on-one-backend assignment, then move one class at a time, keeping gains."""
-    options = {name: c.servable_by(bench.spec) or [bench.spec.engines[0].name] for name, c in CLASSES.items()}
+    options = _options(bench)
     tried = 0
     best = 0.0
     best_assignment: dict[str, str] = {}
@@ -218,12 +295,78 @@ async def _descend(bench: Bench) -> tuple[Strategy, int]:
             tried += 1
             if result.goodput_tok_s > best:
                 best, best_assignment = result.goodput_tok_s, assignment
-    return _assigned(best_assignment), tried
+    return OracleSearch(_assigned(best_assignment), best_assignment, best, tried)
 
 
 def _assigned(assignment: Mapping[str, str]) -> Strategy:
     detail = " ".join(f"{cls}->{backend}" for cls, backend in assignment.items())
     return Strategy("oracle", lambda: AssignmentRouter(assignment), detail=detail)
+
+
+Fractions = dict[str, dict[str, float]]
+
+
+async def find_split_oracle(bench: Bench, start: OracleSearch, budget: int = SPLIT_BUDGET) -> OracleSearch:
+    """The best fixed per-class traffic fractions found by coordinate descent from the best assignment.
+
+    Searches: for each share step in SPLIT_STEPS (0.5, then 0.25), for each class that more than one
+    backend can serve (classes with the most output tokens first), for each other backend it could use:
+    move `step` of the class's traffic from its largest share to that backend, replay, and keep the move
+    if goodput rose. Budget: at most `budget` replays after the start (the assignment search's winner,
+    all fractions 1.0, scored by its own replay there), so the result is never below the assignment
+    oracle's search score. Each replay is one noisy sample: a gain within the noise may be kept, which
+    is why every round replays the winner afresh instead of reusing its search score.
+    """
+    options = _options(bench)
+    current: Fractions = {cls: {backend: 1.0} for cls, backend in start.assignment.items()}
+    best, tried = start.goodput, 0
+    free = sorted(
+        (cls for cls, opts in options.items() if len(opts) > 1),
+        key=lambda cls: -_output_tokens(bench.trace, cls),
+    )
+    for step in SPLIT_STEPS:
+        for cls in free:
+            for target in options[cls]:
+                moved = _moved(current[cls], target, step)
+                if moved is None:
+                    continue
+                if tried >= budget:
+                    return _split_result(current, start, best, tried)
+                candidate = {**current, cls: moved}
+                result = await bench.run(_split(candidate))
+                tried += 1
+                if result.goodput_tok_s > best:
+                    best, current = result.goodput_tok_s, candidate
+    return _split_result(current, start, best, tried)
+
+
+def _split_result(fractions: Fractions, start: OracleSearch, best: float, tried: int) -> OracleSearch:
+    unsplit = all(len(shares) == 1 for shares in fractions.values())
+    return OracleSearch(_split(fractions), dict(start.assignment) if unsplit else {}, best, tried)
+
+
+def _output_tokens(trace: Trace, cls: str) -> int:
+    requests = sum(s.requests for phase in trace.phases for s in phase if s.cls == cls)
+    return requests * trace.classes[cls].max_tokens
+
+
+def _moved(shares: Mapping[str, float], target: str, step: float) -> dict[str, float] | None:
+    """`step` of the traffic moved from the largest share to `target`; None if that changes nothing."""
+    source = max(shares, key=lambda b: shares[b])
+    if source == target or shares[source] < step - 1e-9:
+        return None
+    moved = dict(shares)
+    moved[source] = round(moved[source] - step, 6)
+    moved[target] = round(moved.get(target, 0.0) + step, 6)
+    return {b: f for b, f in moved.items() if f > 1e-9}
+
+
+def _split(fractions: Fractions) -> Strategy:
+    detail = " ".join(
+        f"{cls}->" + "+".join(f"{b}:{f:g}" for b, f in sorted(shares.items(), key=lambda kv: -kv[1]))
+        for cls, shares in fractions.items()
+    )
+    return Strategy("split_oracle", lambda: SplitRouter(fractions), detail=detail)
 
 
 def adaptive_copy(policy: Path, workdir: Path) -> Path:
@@ -237,9 +380,15 @@ def adaptive_copy(policy: Path, workdir: Path) -> Path:
     return path
 
 
-async def run_fleet(path: Path, time_scale: float, repeats: int = 1) -> tuple[list[StrategyResult], str]:
-    """Every strategy `repeats` times, in rounds; the oracle's assignment is searched once, then replayed
-    in every round like the others (the search's own best replay is the luckiest of many: not reused)."""
+async def run_fleet(
+    path: Path,
+    time_scale: float,
+    repeats: int = 1,
+    trace: Trace = DEFAULT_TRACE,
+    split_budget: int = SPLIT_BUDGET,
+) -> tuple[list[StrategyResult], dict[str, str]]:
+    """Every strategy `repeats` times, in rounds; the oracles are searched once, then replayed in every
+    round like the others (the search's own best replay is the luckiest of many: not reused)."""
     spec = load_fleet(path)
     policy = settings_for_fleet(spec, {e.name: "http://127.0.0.1:1" for e in spec.engines}).policy
     with tempfile.TemporaryDirectory(prefix="bench-routing-") as tmp:
@@ -254,24 +403,54 @@ async def run_fleet(path: Path, time_scale: float, repeats: int = 1) -> tuple[li
                 Strategy("adaptive", None, adaptive_copy(policy, workdir), detail=f"{policy.name}, adaptive"),
             ]
         with tqdm(unit="req", file=sys.stderr, desc=spec.name) as progress:
-            bench = Bench(spec, time_scale, workdir, progress)
-            oracle, tried = await find_oracle(bench)
+            bench = Bench(spec, time_scale, workdir, progress, trace)
+            oracle = await find_oracle(bench)
+            split = await find_split_oracle(bench, oracle, split_budget)
             results = []
             for round_ in range(repeats):
-                for strategy in [*strategies, oracle]:
+                for strategy in [*strategies, oracle.strategy]:
                     results.append(replace(await bench.run(strategy), round=round_))
-    return results, f"{oracle.detail} (best of {tried})"
+                if split.assignment:  # no split beat the assignment: the same routing, not replayed twice
+                    results.append(replace(results[-1], policy="split_oracle", detail=split.strategy.detail))
+                else:
+                    results.append(replace(await bench.run(split.strategy), round=round_))
+    oracles = {
+        "oracle": f"{oracle.strategy.detail} (best of {oracle.tried})",
+        "split_oracle": f"{split.strategy.detail} (best of {split.tried} after the oracle"
+        + ("; no split beat it: the oracle's replays)" if split.assignment else ")"),
+    }
+    return results, oracles
 
 
 def _handle(args: argparse.Namespace) -> int:
-    results, oracle = asyncio.run(run_fleet(Path(args.fleet), args.time_scale, args.repeats))
+    try:
+        trace = load_trace(args.trace) if args.trace else DEFAULT_TRACE
+    except TraceError as exc:
+        raise CommandError(str(exc), status=2) from exc
+    except OSError as exc:
+        raise CommandError(f"cannot read trace file {args.trace}: {exc.strerror or exc}", status=2) from exc
+    results, oracles = asyncio.run(
+        run_fleet(Path(args.fleet), args.time_scale, args.repeats, trace, args.split_budget)
+    )
     if args.json:
-        keys = ("policy", "round", "goodput_tok_s", "ttft_p50_ms", "ttft_p95_ms", "e2e_p50_ms", "failures",
-                "refused", "requests", "loop_lag_p95_ms")
-        document = {"oracle": oracle, "results": [{k: asdict(r)[k] for k in keys} for r in results]}
+        keys = (
+            "policy",
+            "round",
+            "goodput_tok_s",
+            "ttft_p50_ms",
+            "ttft_p95_ms",
+            "e2e_p50_ms",
+            "failures",
+            "refused",
+            "requests",
+            "loop_lag_p95_ms",
+            "faults",
+        )
+        replays = [{k: asdict(r)[k] for k in keys} for r in results]
+        document = {**oracles, "trace": trace.name, "results": replays}
         print(orjson.dumps(document).decode())
     else:
-        print(render(Path(args.fleet).stem, results, args.time_scale, oracle))
+        print(render(Path(args.fleet).stem, results, args.time_scale, oracles, trace))
     return 0
 
 
@@ -280,10 +459,33 @@ def register(subparsers: Any) -> None:
         "routing", help="routing strategies (round robin .. adaptive, oracle) on a mixed trace over a twin"
     )
     parser.add_argument("--fleet", required=True, help="twin fleet file (its policy is the static strategy)")
-    parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE,
-                        help="twin clock speed-up (results are reported in simulated time)")
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                        help="rounds: every strategy replayed this many times (median and spread reported)")
-    parser.add_argument("--json", action="store_true",
-                        help='print {"oracle": ..., "results": [every replay]} instead of a table')
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=DEFAULT_TIME_SCALE,
+        help="twin clock speed-up (results are reported in simulated time)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        help="rounds: every strategy replayed this many times (median and spread reported)",
+    )
+    parser.add_argument(
+        "--trace",
+        default=None,
+        help="trace file to replay (YAML, see gateway/bench/routing_tracefile.py); "
+        "default: the built-in mixed trace",
+    )
+    parser.add_argument(
+        "--split-budget",
+        type=int,
+        default=SPLIT_BUDGET,
+        help="split oracle: candidate fractions replayed after the assignment oracle",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"oracle": ..., "split_oracle": ..., "results": [every replay]} instead of a table',
+    )
     parser.set_defaults(handler=_handle)

@@ -3,8 +3,8 @@
 A replay's figures move with the machine's load (the twin shares its event loop with the gateway and the
 client), so the bench replays every strategy several times, in rounds (every strategy once per round, so a
 busy minute hurts all of them alike), and reports the median with the min..max spread. Ratios to the
-oracle (share of its goodput, share of its gain over round robin, TTFT p95) are taken within a round,
-then their median and spread are reported.
+oracles (share of their goodput, share of the gain over round robin, TTFT p95) and to the round's best
+strategy are taken within a round, then their median and spread are reported.
 """
 
 from __future__ import annotations
@@ -13,10 +13,20 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from gateway.bench.routing_trace import Outcome, trace_requests
+from gateway.bench.routing_trace import DEFAULT_TRACE, Outcome, Trace
 from gateway.stats.live import percentile
 
 LAG_WARNING = 0.05  # loop lag p95 above this share of the median request's e2e: figures are the loop's
+
+
+@dataclass(frozen=True)
+class FaultFigures:
+    """What a fleet's faults cost one replay (routing.fault_figures); None: the fleet has no such fault."""
+
+    to_slowed: int | None = None  # requests served by a slowed engine, sent after its slowdown
+    sent_after_slowdown: int = 0  # all requests sent after the (first) slowdown, for scale
+    crash_no_content_failures: int | None = None  # failed with no content, running at or after a crash
+    crash_exposed: int | None = None  # requests running at or sent after the crash
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,7 @@ class StrategyResult:
     loop_lag_p95_ms: float | None = None  # simulated ms the event loop woke sleepers late (LoopLag)
     round: int = 0
     routed: str = ""  # per class, successful requests per backend: "C: fp8-mtp 40, fp8-base 8; ..."
+    faults: FaultFigures | None = None
 
 
 def summarize(
@@ -111,9 +122,9 @@ def paired(results: Sequence[StrategyResult], policy: str, figure: Figure) -> Sp
     return Spread.of(values)
 
 
-def share_of_oracle(policy: str) -> Figure:
+def share_of_oracle(policy: str, oracle_name: str = "oracle") -> Figure:
     def figure(members: dict[str, StrategyResult]) -> float | None:
-        oracle = members.get("oracle")
+        oracle = members.get(oracle_name)
         if oracle is None or not oracle.goodput_tok_s:
             return None
         return 100 * members[policy].goodput_tok_s / oracle.goodput_tok_s
@@ -136,14 +147,50 @@ def ttft_p95_share(members: dict[str, StrategyResult]) -> float | None:
     return 100 * adaptive.ttft_p95_ms / oracle.ttft_p95_ms
 
 
-def render(fleet: str, results: Sequence[StrategyResult], time_scale: float, oracle_detail: str) -> str:
+def share_of_best(policy: str) -> Figure:
+    """The policy's goodput as % of the round's best strategy (oracles included)."""
+
+    def figure(members: dict[str, StrategyResult]) -> float | None:
+        best = max(members.values(), key=lambda r: r.goodput_tok_s)
+        if policy not in members or not best.goodput_tok_s:
+            return None
+        return 100 * members[policy].goodput_tok_s / best.goodput_tok_s
+
+    return figure
+
+
+def best_per_round(results: Sequence[StrategyResult]) -> list[str]:
+    rounds: dict[int, list[StrategyResult]] = {}
+    for r in results:
+        rounds.setdefault(r.round, []).append(r)
+    return [max(members, key=lambda r: r.goodput_tok_s).policy for _, members in sorted(rounds.items())]
+
+
+def render(
+    fleet: str,
+    results: Sequence[StrategyResult],
+    time_scale: float,
+    oracles: dict[str, str],
+    trace: Trace = DEFAULT_TRACE,
+) -> str:
     rounds = len({r.round for r in results})
-    header = ("policy", "goodput tok/s", "TTFT p50 ms", "TTFT p95 ms", "failures", "refused", "% oracle",
-              "loop lag p95 ms")
+    faulty = any(r.faults is not None for r in results)
+    header = (
+        "policy",
+        "goodput tok/s",
+        "TTFT p50 ms",
+        "TTFT p95 ms",
+        "failures",
+        "refused",
+        "% oracle",
+        "% split",
+        "loop lag p95 ms",
+    ) + (("to slowed", "no-content fail") if faulty else ())
     rows = [header]
     for policy, runs in by_policy(results).items():
         share = paired(results, policy, share_of_oracle(policy))
-        rows.append((
+        split = paired(results, policy, share_of_oracle(policy, "split_oracle"))
+        row = (
             policy,
             _spread(r.goodput_tok_s for r in runs),
             _spread((r.ttft_p50_ms for r in runs), ".0f"),
@@ -151,34 +198,72 @@ def render(fleet: str, results: Sequence[StrategyResult], time_scale: float, ora
             str(max(r.failures for r in runs)),
             str(max(r.refused for r in runs)),
             "-" if share is None else share.text(),
+            "-" if split is None else split.text(),
             _spread((r.loop_lag_p95_ms for r in runs), ".0f"),
-        ))
+        )
+        rows.append(row + (_fault_cells(runs) if faulty else ()))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
-        f"fleet {fleet}: {trace_requests()} requests per replay, {rounds} round(s), simulated time "
-        f"(x{time_scale:g}); median [min-max] over rounds, failures and refused: worst round"
+        f"fleet {fleet}, trace {trace.name}: {trace.requests()} requests per replay, {rounds} round(s), "
+        f"simulated time (x{time_scale:g}); median [min-max] over rounds, failures and refused: worst round"
     ]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
-    lines.append(f"oracle: {oracle_detail}")
+    lines += [f"{name}: {detail}" for name, detail in oracles.items()]
     lines += [f"{r.policy} (round {r.round}) routed {r.routed}" for r in results if r.policy == "adaptive"]
     lines += _verdict(results)
+    lines += _fault_legend(results) if faulty else []
     lines += _lag_warning(results)
     return "\n".join(lines)
 
 
+def _fault_cells(runs: Sequence[StrategyResult]) -> tuple[str, str]:
+    faults = [r.faults for r in runs if r.faults is not None]
+    slowed = [f"{f.to_slowed}/{f.sent_after_slowdown}" for f in faults if f.to_slowed is not None]
+    crashed = [
+        f"{f.crash_no_content_failures}/{f.crash_exposed}"
+        for f in faults
+        if f.crash_no_content_failures is not None
+    ]
+    return (",".join(slowed) or "-", ",".join(crashed) or "-")
+
+
+def _fault_legend(results: Sequence[StrategyResult]) -> list[str]:
+    return [
+        "to slowed: requests served by the slowed engine that were sent after its slowdown / all sent "
+        "after it, per round; no-content fail: requests with no content yet that failed / requests "
+        "running at or sent after the crash, per round"
+    ]
+
+
 def _verdict(results: Sequence[StrategyResult]) -> list[str]:
     figures = [
+        (
+            "adaptive, % of split oracle goodput",
+            paired(results, "adaptive", share_of_oracle("adaptive", "split_oracle")),
+        ),
         ("adaptive, % of oracle goodput", paired(results, "adaptive", share_of_oracle("adaptive"))),
         ("adaptive gain over round_robin, % of oracle's", paired(results, "adaptive", gain_share)),
         ("adaptive TTFT p95, % of oracle's", paired(results, "adaptive", ttft_p95_share)),
         ("static, % of oracle goodput", paired(results, "static", share_of_oracle("static"))),
+        (
+            "static, % of split oracle goodput",
+            paired(results, "static", share_of_oracle("static", "split_oracle")),
+        ),
     ]
-    return [f"{label}: {spread.text()}" for label, spread in figures if spread is not None]
+    lines = [f"{label}: {spread.text()}" for label, spread in figures if spread is not None]
+    best = paired(results, "adaptive", share_of_best("adaptive"))
+    if best is not None:
+        lines.append(
+            f"best strategy per round: {', '.join(best_per_round(results))}; "
+            f"adaptive, % of the round's best: {best.text()}"
+        )
+    return lines
 
 
 def _lag_warning(results: Sequence[StrategyResult]) -> list[str]:
     late = [
-        r for r in results
+        r
+        for r in results
         if r.loop_lag_p95_ms is not None and r.e2e_p50_ms and r.loop_lag_p95_ms > LAG_WARNING * r.e2e_p50_ms
     ]
     if not late:

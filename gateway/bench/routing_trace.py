@@ -4,7 +4,12 @@ baseline routers it compares against the policy router.
 Request classes are seed 003's four shapes plus image requests and over-length prompts. The trace arrives
 in phases: each class alone (A, B, C, D, as `vllm bench serve --max-concurrency` would run them), then all
 of them mixed. Every stream is a closed loop: `users` clients each send their next request when the
-previous one ends, so a faster routing finishes the phase sooner and aggregate tok/s measures it.
+previous one ends, so a faster routing finishes the phase sooner and aggregate tok/s measures it. A trace
+file (routing_tracefile.py) may also give open-loop streams: arrivals at a rate or at listed times.
+
+Content: a class's prompts are novel prose (random words: no 4-gram repeats) or repetitive, where a share
+`repeat` of the prompt is one passage given twice (a file and the tool result quoting it back), the kind
+of content where speculative drafts are accepted (gateway/repetition.py, docs/twin.md).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class RequestClass:
     max_tokens: int
     endpoint: str = "completions"
     image: bool = False
+    stream: bool = True
+    repeat: float = 0.0  # share of the prompt that is a passage given twice (0: novel prose)
 
     def prompt_for(self, spec: FleetSpec) -> int:
         return self.prompt_tokens or max(e.context_length for e in spec.engines) + 1024
@@ -44,11 +51,7 @@ class RequestClass:
     def servable_by(self, spec: FleetSpec) -> list[str]:
         """Engines that can take this class at all (vision, context)."""
         need = self.prompt_for(spec) + self.max_tokens
-        return [
-            e.name
-            for e in spec.engines
-            if (e.vision or not self.image) and need <= e.context_length
-        ]
+        return [e.name for e in spec.engines if (e.vision or not self.image) and need <= e.context_length]
 
 
 CLASSES: dict[str, RequestClass] = {
@@ -63,9 +66,34 @@ CLASSES: dict[str, RequestClass] = {
 
 @dataclass(frozen=True)
 class Stream:
+    """`users` closed-loop clients, or open-loop arrivals: every 1 / rate_per_s simulated seconds, or at
+    the listed simulated times from the phase's start (`arrivals_s`)."""
+
     cls: str
     users: int
     requests: int
+    rate_per_s: float | None = None
+    arrivals_s: tuple[float, ...] = ()
+
+    def arrival_offsets(self) -> list[float] | None:
+        """Simulated seconds from the phase's start of each request (open loop), or None (closed loop)."""
+        if self.arrivals_s:
+            return sorted(self.arrivals_s)[: self.requests]
+        if self.rate_per_s:
+            return [i / self.rate_per_s for i in range(self.requests)]
+        return None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What one replay sends: the request classes and the phases (streams of a phase run together)."""
+
+    classes: Mapping[str, RequestClass]
+    phases: tuple[tuple[Stream, ...], ...]
+    name: str = "built-in"
+
+    def requests(self) -> int:
+        return trace_requests(self.phases)
 
 
 # Seed 003's concurrencies per shape; the mixed phase halves the stress users so it stays a mix.
@@ -89,6 +117,9 @@ def trace_requests(trace: Sequence[Sequence[Stream]] = TRACE) -> int:
     return sum(s.requests for phase in trace for s in phase)
 
 
+DEFAULT_TRACE = Trace(CLASSES, TRACE)
+
+
 @dataclass
 class Outcome:
     """One request as the client saw it; times are wall-clock seconds from sending."""
@@ -100,6 +131,7 @@ class Outcome:
     output_tokens: int = 0
     error: str = ""
     backend: str = ""
+    sent_at: float = 0.0  # the twin's clock (simulated seconds since the fleet started) when sent
 
     @property
     def ok(self) -> bool:
@@ -107,19 +139,35 @@ class Outcome:
 
 
 def request_body(cls: RequestClass, model: str, prompt_tokens: int, seed: int) -> dict[str, Any]:
-    """A streamed request of the class; `user` names the class (the oracle router reads it)."""
-    prompt = make_prompt(prompt_tokens, seed=seed)
-    body: dict[str, Any] = {"model": model, "max_tokens": cls.max_tokens, "stream": True, "user": cls.name}
-    body["stream_options"] = {"include_usage": True}
+    """A request of the class; `user` names the class (the oracle routers read it)."""
+    body: dict[str, Any] = {"model": model, "max_tokens": cls.max_tokens, "stream": cls.stream}
+    body["user"] = cls.name
+    if cls.stream:
+        body["stream_options"] = {"include_usage": True}
     body["ignore_eos"] = True
+    fresh, passage = _prompt_parts(prompt_tokens, cls.repeat, seed)
     if cls.endpoint == "completions":
-        body["prompt"] = prompt
+        body["prompt"] = " ".join(p for p in (passage, fresh, passage) if p)
         return body
-    content: Any = prompt
+    messages: list[dict[str, Any]] = []
+    if passage:  # the file, then the tool result that quotes it back, then the new request
+        messages.append({"role": "user", "content": passage})
+        messages.append({"role": "assistant", "content": "ok"})
+        messages.append({"role": "user", "content": passage})
+    content: Any = fresh or "go"
     if cls.image:
-        content = [{"type": "text", "text": prompt}, {"type": "image_url", "image_url": {"url": IMAGE}}]
-    body["messages"] = [{"role": "user", "content": content}]
+        content = [{"type": "text", "text": content}, {"type": "image_url", "image_url": {"url": IMAGE}}]
+    messages.append({"role": "user", "content": content})
+    body["messages"] = messages
     return body
+
+
+def _prompt_parts(prompt_tokens: int, repeat: float, seed: int) -> tuple[str, str]:
+    """(novel text, a passage given twice) adding up to `prompt_tokens` toy tokens."""
+    passage_tokens = int(prompt_tokens * repeat / 2)
+    fresh_tokens = prompt_tokens - 2 * passage_tokens
+    passage = make_prompt(passage_tokens, seed=seed * 7919 + 1) if passage_tokens else ""
+    return make_prompt(fresh_tokens, seed=seed), passage
 
 
 @dataclass
@@ -128,6 +176,7 @@ class _Exchange:
     started: float
     chat: bool
     buffer: bytes = b""
+    stream: bool = True
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def send(self, message: Message) -> None:
@@ -139,6 +188,12 @@ class _Exchange:
         if message["type"] != "http.response.body":
             return
         self.buffer += message.get("body", b"")
+        if not self.stream:
+            if not message.get("more_body", False):
+                self._whole(self.buffer)
+                self.outcome.e2e = time.perf_counter() - self.started
+                self.done.set()
+            return
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
             self._line(line.strip())
@@ -146,6 +201,23 @@ class _Exchange:
             self._line(self.buffer.strip())
             self.outcome.e2e = time.perf_counter() - self.started
             self.done.set()
+
+    def _whole(self, raw: bytes) -> None:
+        """A non-streamed answer: its first token is only seen with the whole answer (TTFT = e2e)."""
+        if self.outcome.status != 200:
+            self.outcome.error = raw[:200].decode(errors="replace") or f"status {self.outcome.status}"
+            return
+        try:
+            answer = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self.outcome.error = "unparseable answer"
+            return
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.outcome.output_tokens = usage["completion_tokens"]
+            self.outcome.ttft = time.perf_counter() - self.started
+        else:
+            self.outcome.error = "answer without usage"
 
     def _line(self, line: bytes) -> None:
         if self.outcome.status != 200:
@@ -171,13 +243,14 @@ class _Exchange:
                 self.outcome.ttft = time.perf_counter() - self.started
 
 
-async def post(app: ASGIApp, cls: RequestClass, body: Mapping[str, Any]) -> Outcome:
+async def post(app: ASGIApp, cls: RequestClass, body: Mapping[str, Any], sent_at: float = 0.0) -> Outcome:
     """POST one request straight into the ASGI app (no client socket: the bench measures routing)."""
     raw = orjson.dumps(body)
     path = "/v1/chat/completions" if cls.endpoint == "chat" else "/v1/completions"
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
     scope = http_scope("POST", path, headers)
-    exchange = _Exchange(Outcome(cls.name), time.perf_counter(), cls.endpoint == "chat")
+    exchange = _Exchange(Outcome(cls.name, sent_at=sent_at), time.perf_counter(), cls.endpoint == "chat")
+    exchange.stream = body.get("stream") is True
     delivered = False
 
     async def receive() -> Message:
@@ -259,3 +332,25 @@ class AssignmentRouter:
         names = [b.name for b in backends]
         chosen = self.assignment.get(_profile(body, ""), names[0])
         return Decision(_profile(body, "oracle"), (chosen, *(n for n in names if n != chosen)))
+
+
+class SplitRouter:
+    """Each request class spread over backends in fixed fractions (the split oracle's candidates).
+
+    Deterministic interleaving: the next request of a class goes to the backend furthest behind its
+    share (largest fraction x (sent + 1) - its count), so 0.75/0.25 sends 3, 1, 3, 1, ... in order.
+    """
+
+    def __init__(self, fractions: Mapping[str, Mapping[str, float]]) -> None:
+        self.fractions = {cls: dict(f) for cls, f in fractions.items()}
+        self._sent: dict[str, dict[str, int]] = {}
+
+    def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        names = [b.name for b in backends]
+        cls = _profile(body, "")
+        shares = self.fractions.get(cls) or {names[0]: 1.0}
+        counts = self._sent.setdefault(cls, {})
+        total = sum(counts.values()) + 1
+        chosen = max(shares, key=lambda b: (shares[b] * total - counts.get(b, 0), shares[b]))
+        counts[chosen] = counts.get(chosen, 0) + 1
+        return Decision(_profile(body, "split_oracle"), (chosen, *(n for n in names if n != chosen)))

@@ -66,8 +66,9 @@ class ScenarioResult:
     failures: int
 
 
-def summarize(target: str, scenario: str, results: Sequence[RequestResult],
-              duration_s: float) -> ScenarioResult:
+def summarize(
+    target: str, scenario: str, results: Sequence[RequestResult], duration_s: float
+) -> ScenarioResult:
     """vllm bench serve's definitions: output tok/s over the whole run, means per request (TTFT, TPOT),
     ITL over every chunk gap of every successful request, P99 by linear interpolation."""
     ok = [r for r in results if r.ok]
@@ -110,8 +111,9 @@ class Target:
     time_scale: float = 1.0
 
 
-async def run_scenario(client: StreamingClient, scenario: Scenario, requests: int,
-                       progress: tqdm[Any] | None = None) -> tuple[list[RequestResult], float]:
+async def run_scenario(
+    client: StreamingClient, scenario: Scenario, requests: int, progress: tqdm[Any] | None = None
+) -> tuple[list[RequestResult], float]:
     """All requests queued at once, at most `concurrency` in flight; returns results and wall seconds."""
     gate = asyncio.Semaphore(scenario.concurrency)
     # A different prompt per request, so no engine can serve one from another's prefix cache.
@@ -129,8 +131,13 @@ async def run_scenario(client: StreamingClient, scenario: Scenario, requests: in
     return list(results), time.perf_counter() - start
 
 
-async def run_target(session: aiohttp.ClientSession, target: Target, scenarios: Sequence[Scenario],
-                     requests: int | None, progress: tqdm[Any] | None = None) -> list[ScenarioResult]:
+async def run_target(
+    session: aiohttp.ClientSession,
+    target: Target,
+    scenarios: Sequence[Scenario],
+    requests: int | None,
+    progress: tqdm[Any] | None = None,
+) -> list[ScenarioResult]:
     client = StreamingClient(session, target.url, target.model)
     summaries = []
     for scenario in scenarios:
@@ -140,8 +147,9 @@ async def run_target(session: aiohttp.ClientSession, target: Target, scenarios: 
     return summaries
 
 
-async def run_targets(groups: Sequence[Sequence[Target]], scenarios: Sequence[Scenario],
-                      requests: int | None) -> list[ScenarioResult]:
+async def run_targets(
+    groups: Sequence[Sequence[Target]], scenarios: Sequence[Scenario], requests: int | None
+) -> list[ScenarioResult]:
     """Groups run concurrently; the targets of one group run one after the other."""
     total = sum(len(g) for g in groups) * sum(requests or s.requests for s in scenarios)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=600)
@@ -159,8 +167,9 @@ async def run_targets(groups: Sequence[Sequence[Target]], scenarios: Sequence[Sc
     return [result for group in per_group for result in group]
 
 
-async def run_fleet(path: str, time_scale: float, scenarios: Sequence[Scenario],
-                    requests: int | None) -> list[ScenarioResult]:
+async def run_fleet(
+    path: str, time_scale: float, scenarios: Sequence[Scenario], requests: int | None
+) -> list[ScenarioResult]:
     # Imported here so benchmarking a plain URL does not load the twin.
     from gateway.sim.fleet import load_fleet
     from gateway.sim.runner import TwinFleet
@@ -178,8 +187,17 @@ async def run_fleet(path: str, time_scale: float, scenarios: Sequence[Scenario],
 def render_table(results: Sequence[ScenarioResult]) -> str:
     header = ("target", "scen", "out tok/s", "TTFT ms", "TPOT ms", "ITL ms", "P99 ITL ms", "reqs", "fail")
     rows = [header] + [
-        (r.target, r.scenario, f"{r.output_tok_s:.2f}", f"{r.mean_ttft_ms:.0f}", f"{r.mean_tpot_ms:.2f}",
-         f"{r.mean_itl_ms:.2f}", f"{r.p99_itl_ms:.1f}", str(r.requests), str(r.failures))
+        (
+            r.target,
+            r.scenario,
+            f"{r.output_tok_s:.2f}",
+            f"{r.mean_ttft_ms:.0f}",
+            f"{r.mean_tpot_ms:.2f}",
+            f"{r.mean_itl_ms:.2f}",
+            f"{r.p99_itl_ms:.1f}",
+            str(r.requests),
+            str(r.failures),
+        )
         for r in results
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -208,12 +226,21 @@ def register(subparsers: Any) -> None:
     source.add_argument("--url", help="OpenAI-compatible base URL (without /v1); needs --model")
     source.add_argument("--fleet", help="twin fleet file: every engine is started in-process and measured")
     parser.add_argument("--model", help="model name to send with --url")
-    parser.add_argument("--time-scale", type=float, default=25.0,
-                        help="twin clock speed-up for --fleet (results are reported in simulated time)")
-    parser.add_argument("--requests", type=int,
-                        help="requests per scenario (default: A 10, B 16, C 64, D 16)")
-    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
-                        help="run only these scenarios (repeatable; default A B C D)")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=25.0,
+        help="twin clock speed-up for --fleet (results are reported in simulated time)",
+    )
+    parser.add_argument(
+        "--requests", type=int, help="requests per scenario (default: A 10, B 16, C 64, D 16)"
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=sorted(SCENARIOS),
+        help="run only these scenarios (repeatable; default A B C D)",
+    )
     parser.add_argument("--json", action="store_true", help='print {"results": [...]} instead of a table')
     parser.set_defaults(handler=_validated(parser))
 

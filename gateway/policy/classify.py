@@ -53,6 +53,7 @@ def _conditions(when: When, f: Features) -> Iterator[tuple[str, Value, Condition
         "total_tokens": needed_tokens(f),
         "pool_inflight": f.pool_inflight,
         "temperature": f.temperature,
+        "repetition": f.repetition,
         "n": f.n,
         "modalities": f.modalities,
         "model": f.model,

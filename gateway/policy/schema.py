@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.records.endpoints import ENDPOINTS, Endpoint
 from gateway.routing.cells import MIN_SAMPLES
 from gateway.routing.pacing import MAX_EPSILON
 
@@ -87,15 +88,38 @@ class When(_Strict):
     temperature: NumberCondition | None = Field(
         default=None, description="a request without one never matches"
     )
+    repetition: NumberCondition | None = Field(
+        default=None,
+        description="share (0..1) of the prompt's word 4-grams that occur more than once: high for edits, "
+        "code and quoted tool results (speculation pays), ~0 for novel prose",
+    )
     n: NumberCondition | None = None
     modalities: SetCondition | None = None
     model: StringCondition | None = Field(default=None, description="the model name the client sent")
-    endpoint: StringCondition | None = Field(default=None, description="chat or completions")
+    # A list is turned into `in:` on loading (below); listed here so the printed schema accepts it.
+    endpoint: StringCondition | list[Endpoint] | None = Field(
+        default=None,
+        description="the API: chat, completions, messages, count_tokens, responses, embeddings, rerank, "
+        "tokenize, detokenize; a plain list is short for `in:`",
+    )
     response_format: StringCondition | None = Field(
         default=None, description="json_object, json_schema, text; a request without one has 'none'"
     )
     tools: bool | None = Field(default=None, description="the request carries tool definitions")
     stream: bool | None = None
+
+    @field_validator("endpoint", mode="before")
+    @classmethod
+    def _endpoint_names(cls, value: Any) -> Any:
+        """`endpoint: [messages, responses]` means `in:` those; a misspelt API name fails loudly."""
+        if isinstance(value, list | str):
+            value = {"in": [value] if isinstance(value, str) else value}
+        if isinstance(value, dict):
+            named = [v for key in ("in", "not_in") for v in value.get(key) or () if isinstance(v, str)]
+            unknown = sorted(set(named) - set(ENDPOINTS))
+            if unknown:
+                raise ValueError(f"unknown endpoint {', '.join(unknown)}; known: {', '.join(ENDPOINTS)}")
+        return value
 
     @model_validator(mode="after")
     def _not_empty(self) -> When:
@@ -162,6 +186,21 @@ class Adaptive(_Strict):
         description="on a shared device, the share of exploration kept per busy request it would slow "
         "(0: explore only on a quiet device or an engine busy anyway)",
     )
+    # 40: a cell's estimate is refreshed after at most 40 requests of its profile went elsewhere, about
+    # 2.5 % of the profile's traffic per other backend; a cell not yet measured gets its min_samples
+    # requests once that many of its profile have gone by, however busy its device is.
+    refresh_requests: int = Field(
+        default=40,
+        ge=1,
+        description="the most requests of a profile a backend's estimate may age (requests sent elsewhere "
+        "since it was last measured) before one is sent to refresh it, whatever the contention",
+    )
+    # 120 s: slow profiles (a few requests a minute) still refresh every other backend within two minutes.
+    refresh_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="the most seconds a backend's estimate for a profile may age before a refresh is due",
+    )
 
 
 class Profile(_Strict):
@@ -175,6 +214,11 @@ class Profile(_Strict):
     avoid: list[str] = Field(default_factory=list, description="backend names or tags never used")
     objective: Objective = Field(default="e2e", description="what adaptive routing minimises or maximises")
     routing: RoutingMode | None = Field(default=None, description="overrides the policy's routing mode")
+    spill: bool = Field(
+        default=True,
+        description="when the best-ranked backend is saturated (requests waiting in its engine, or its "
+        "capacity in flight), send the request to the next one with room; false keeps the ranking",
+    )
 
 
 class Policy(_Strict):

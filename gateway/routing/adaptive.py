@@ -9,7 +9,8 @@ memory bandwidth for as long as this request keeps its engine busy beyond the re
 extra time (harm.device_harm) is part of the cost:
 
     cost = own objective + harm                       ttft, e2e (seconds)
-    tok/s = out / (out * TPOT + harm)                 tokens_per_second (1 / TPOT when harm is 0)
+    tok/s = out / (out * TPOT + wait + harm)          tokens_per_second (1 / TPOT on an idle engine)
+    wait  = TTFT(c) - TTFT(lowest c measured) + queue (the engine's report, or c beyond its sequence limit)
     harm = own batch + neighbours
     own batch  = n_i * min(r_i, D / TPOT_i') * (TPOT_i(n_i + 1) - TPOT_i(n_i))
     neighbour  = n_j * min(r_j, X / TPOT_j') * (TPOT_j(n_j, busy) - TPOT_j(n_j, alone))   per busy j != i
@@ -19,8 +20,10 @@ extra time (harm.device_harm) is part of the cost:
            TPOT_j': j's TPOT with this request in place; the busy/alone gap is learned from device_share)
 
 so a request that starts, or prolongs, one engine's busy period next to a busy one wins only when its own
-gain outweighs what the contention costs the other. Devices come from `backends[].device`; a backend
-without one is a device of its own.
+gain outweighs what the contention costs the other. The harm is myopic, so it decides how traffic mixes,
+not which engine it piles onto: a busy neighbour is not charged for when the candidate, with the device's
+whole load on it alone, beats the neighbour alone at that load by more than `tolerance` (charged()).
+Devices come from `backends[].device`; a backend without one is a device of its own.
 The window's error rate turns the value into the cost per *successful* request (a backend that fails half
 its requests takes twice as long per answer). Scores are then normalised across candidates:
 
@@ -51,11 +54,21 @@ count of the usual rate, so the slow-down exploring causes per request does not 
 load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
 happens if none comes.
 
+Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
+profile is too old is due (`_stale`): a measured cell after `refresh_requests` requests of the profile
+(or `refresh_s` seconds) since its newest send, a cell short of min_samples after min_samples / epsilon
+since its min_samples-th newest (blind_bound), and any cell measured before another backend of the
+profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). A due cell is
+explored at MAX_EPSILON whatever the contention (pacing.plan_refresh), the stalest first. A repetitive
+request explores the "<profile> (repetitive)" unit, counted by its repetitive samples (exploration_unit),
+so a speculative engine's decode speed is learned for both kinds of content.
+
 Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
 backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
 explanation or a request that is refused or never sent spends nothing, and an exploration counts only if
 the request really went there. The knobs (min_samples, explore_epsilon, tolerance, contended_share) are
-the policy's `adaptive` block, read per request, so a reload applies to the next one.
+the policy's `adaptive` block (with refresh_requests and refresh_s), read per request, so a reload
+applies to the next one.
 
 `verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
 (cached fits over the caller's windows, the engine hints it is handed) and is the router's objective
@@ -65,16 +78,25 @@ serve now and those that could serve once back.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
-from gateway.routing.cells import CellModel, ModelCache, Windows
+from gateway.routing.cells import CellModel, ModelCache, Windows, repetitive
 from gateway.routing.context import RouteContext
 from gateway.routing.harm import DeviceLoad
-from gateway.routing.pacing import MAX_EPSILON, Exploration, ExplorationLedger, plan_exploration
+from gateway.routing.pacing import (
+    MAX_EPSILON,
+    Age,
+    Exploration,
+    ExplorationLedger,
+    plan_exploration,
+    plan_refresh,
+    stale_reason,
+)
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
 
@@ -169,6 +191,52 @@ def _why(predictions: Sequence[Prediction], values: Mapping[str, float], gaps: M
     return "; ".join(parts)
 
 
+def charged(
+    backend: str, members: Sequence[DeviceLoad], steady: Mapping[str, Prediction], tolerance: float
+) -> list[DeviceLoad]:
+    """The device loads whose slow-down a request on `backend` is charged for: all of its device, except a
+    busy neighbour that `backend` beats by more than `tolerance` with the device's whole load on each
+    alone. Moving a stream off a slower engine slows its last requests while both run; charging that
+    transient against every single request would keep the stream on the slower engine for good, so the
+    harm decides how traffic mixes, and the steady state which engine it piles onto."""
+    mine = steady.get(backend)
+    if mine is None or mine.value is None:
+        return list(members)
+
+    def beaten(other: Prediction | None) -> bool:
+        if mine.value is None or other is None or other.value is None:
+            return False
+        if mine.higher_is_better:
+            return mine.value > other.value * (1 + tolerance)
+        return mine.value * (1 + tolerance) < other.value
+
+    return [
+        d for d in members if d.backend == backend or d.inflight <= 0 or not beaten(steady.get(d.backend))
+    ]
+
+
+def exploration_unit(
+    profile: str, repetition: float, cells: Mapping[str, CellView]
+) -> tuple[str, dict[str, CellView]]:
+    """What a request's exploration measures: its profile's cells, or for repetitive content the same
+    cells counted by their repetitive samples only, paced and aged apart (the ledger's key "<profile>
+    (repetitive)"), so a speculative engine's decode speed is learned for both kinds of content."""
+    if not repetitive(repetition):
+        return profile, dict(cells)
+    counted = {
+        name: replace(cell, count=cell.model.content_samples[1], errors=0) for name, cell in cells.items()
+    }
+    return f"{profile} (repetitive)", counted
+
+
+def blind_bound(knobs: Adaptive) -> int:
+    """Requests of a profile after which a cell still short of min_samples is measured whatever the
+    contention: the min_samples / epsilon an uncontended exploration takes, at most the refresh bound."""
+    rate = min(max(knobs.explore_epsilon, 0.0), MAX_EPSILON)
+    paced = math.ceil(knobs.min_samples / rate) if rate > 0 else knobs.refresh_requests
+    return max(1, min(paced, knobs.refresh_requests))
+
+
 def device_members(backends: Sequence[BackendSnapshot], devices: Mapping[str, str]) -> dict[str, list[str]]:
     """Per backend, the backends sharing its device, itself included (a backend without a device: itself).
     Only the backends the router hands the scorer are seen: one filtered out for this request is not."""
@@ -227,7 +295,8 @@ class AdaptiveScorer:
         decided = self._verdict(ctx, backends, cells, device)
         if not self.explore or knobs.explore_epsilon <= 0 or not backends:
             return decided
-        explored, plan = self._explore(ctx.profile.name, knobs, cells, decided, device, at)
+        unit, measured = exploration_unit(ctx.profile.name, ctx.features.repetition, cells)
+        explored, plan = self._explore(unit, knobs, measured, decided, device, at)
         if explored is None:
             return replace(decided, plan=plan)
         errors = {name: cell.error_rate for name, cell in cells.items()}
@@ -247,15 +316,45 @@ class AdaptiveScorer:
         device: Mapping[str, Sequence[DeviceLoad]],
     ) -> Verdict:
         config = PredictConfig(min_samples=ctx.adaptive.min_samples)
+        models = {b.name: self._model(ctx, b.name, cells[b.name], device[b.name]) for b in backends}
+        steady = self._steady(ctx, models, device, config)
         predictions = [
             self._prediction(
-                ctx, b, self._model(ctx, b.name, cells[b.name], device[b.name]), device[b.name], config
+                ctx,
+                b,
+                models[b.name],
+                charged(b.name, device[b.name], steady, ctx.adaptive.tolerance),
+                config,
             )
             for b in backends
         ]
         errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = self._prior.score(ctx, backends)
         return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance)
+
+    @staticmethod
+    def _steady(
+        ctx: RouteContext,
+        models: Mapping[str, CellModel],
+        device: Mapping[str, Sequence[DeviceLoad]],
+        config: PredictConfig,
+    ) -> dict[str, Prediction]:
+        """Per backend sharing a device, the request's objective were the device's whole load on it alone
+        (its neighbours drained): what it is worth once traffic has moved, not while it moves."""
+        steady: dict[str, Prediction] = {}
+        for name, members in device.items():
+            if len(members) < 2:
+                continue
+            steady[name] = predict_with_model(
+                name,
+                models[name],
+                inflight=sum(d.inflight for d in members),
+                objective=ctx.profile.objective,
+                max_output_tokens=ctx.features.max_output_tokens,
+                config=config,
+                repetition=ctx.features.repetition,
+            )
+        return steady
 
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over backends that serve only once back, without exploring them."""
@@ -288,17 +387,53 @@ class AdaptiveScorer:
             return min(1.0, knobs.contended_share / slowed) if slowed else 1.0
 
         credit = self.ledger.credit(profile)
+        stale = self._stale(profile, knobs, cells, counts, at)
+        if stale:
+            refresh, accrued = plan_refresh({name: age for name, (age, _) in stale.items()}, credit)
+            if refresh is not None:
+                refresh = replace(refresh, why=f"{refresh.why}: {stale[refresh.backend][1]}")
+            backend = refresh.backend if refresh is not None else None
+            return refresh, ExplorationPlan(profile, accrued=accrued, backend=backend)
         explored, rate = plan_exploration(
             counts, credit, min_samples=knobs.min_samples, epsilon=knobs.explore_epsilon, share=share
         )
-        if rate is None:  # nothing left to measure: the credit is dropped, if there is any
-            return None, ExplorationPlan(profile, drop=True) if credit else None
+        if rate is None:  # nothing left to measure: the credit is dropped, if there is any (the plan still
+            # books the request, which ages the other cells)
+            return None, ExplorationPlan(profile, drop=bool(credit))
         if explored is None:
             return None, ExplorationPlan(profile, accrued=rate)
         if slowed := self._contended(explored.backend, device[explored.backend]):
             why = f"{explored.why}; slows {slowed:.3g} busy request(s) on its device"
             explored = replace(explored, why=why)
         return explored, ExplorationPlan(profile, accrued=rate, backend=explored.backend)
+
+    def _stale(
+        self,
+        profile: str,
+        knobs: Adaptive,
+        cells: Mapping[str, CellView],
+        counts: Mapping[str, int],
+        at: float,
+    ) -> dict[str, tuple[Age, str]]:
+        """The cells among `counts` (every candidate but the winner) whose estimate is past its bound, with
+        their age and why. A measured cell ages from its newest send; one under min_samples from its
+        min_samples-th newest, so once due it stays due until it holds a whole estimate. A cell measured
+        before another backend of the profile changed regime counts as stale at once."""
+        changed = {name: cell.model.regime_run for name, cell in cells.items() if cell.model.regime_run}
+        stale: dict[str, tuple[Age, str]] = {}
+        for name, count in counts.items():
+            if cells[name].count < count >= knobs.min_samples:  # its estimate's requests are under way
+                continue
+            measured = count >= knobs.min_samples
+            age = self.ledger.age(name, profile, at, 1 if measured else knobs.min_samples)
+            runs = [run for other, run in changed.items() if other != name]
+            bound = knobs.refresh_requests if measured else blind_bound(knobs)
+            why = stale_reason(
+                age, max_requests=bound, max_s=knobs.refresh_s, changed=min(runs, default=None)
+            )
+            if why is not None:
+                stale[name] = (age, why)
+        return stale
 
     def without_exploration(self) -> AdaptiveScorer:
         """The same scorer, state and caches with exploration off: explain previews the predicted ranking."""
@@ -367,6 +502,8 @@ class AdaptiveScorer:
             config=config,
             device_busy=me.device_busy,
             device=device,
+            repetition=ctx.features.repetition,
+            capacity=backend.engine_capacity or backend.max_concurrency,
         )
 
     def _model(

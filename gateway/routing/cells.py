@@ -10,7 +10,7 @@ from typing import Protocol
 
 from gateway.records import Sample
 from gateway.routing.fitting import Fit
-from gateway.routing.regime import fit_current
+from gateway.routing.regime import current_regime, fit_current
 
 # Successful samples a cell needs before the router trusts its prediction. Five points leave a fit of
 # three coefficients (a, b, g) degrees of freedom to spare and let the regime check (CHANGE_RUN) compare a
@@ -20,6 +20,10 @@ MIN_SAMPLES = 5
 # The newest requests whose load says how busy an engine tends to be now: about one full batch of a busy
 # engine (seed 003 runs 16 at once), enough to average a burst out and recent enough to follow it.
 RECENT_REQUESTS = 16
+# A prompt whose repetition share (records.Features.repetition) is at least this is repetitive content:
+# a speculative engine copies most drafts from it, so its decode speed there is another figure than on
+# novel prose. Half the 4-grams repeating is well clear of prose (~0) and of quoted files or edits (~0.8).
+REPETITIVE = 0.5
 
 
 class Windows(Protocol):
@@ -54,6 +58,25 @@ class CellModel:
     mean_output_tokens: float
     levels: str  # measured concurrency span, e.g. "1..16"
     recent_concurrency: float = 0.0  # mean load its newest requests met: how busy it tends to be now
+    # Newest samples that left the fit of the older ones by being slower (regime.current_regime; 0: no
+    # slow-down seen): the backend slowed that many samples ago, so what the router knows of the others
+    # was compared against a faster backend. A speed-up makes no other backend more attractive.
+    regime_run: int = 0
+    # TPOT per content, novel and repetitive (None: no samples of that content), and how many samples each
+    # holds: one fit over both would average a speculative engine's two decode speeds.
+    tpot_by_content: tuple[Fit | None, Fit | None] = (None, None)
+    content_samples: tuple[int, int] = (0, 0)
+
+    def tpot_for(self, repetition: float, min_samples: int) -> Fit | None:
+        """The TPOT fit for a request of this content: its content's own once that holds min_samples,
+        else the cell's over all content."""
+        i = int(repetitive(repetition))
+        own = self.tpot_by_content[i]
+        return own if own is not None and self.content_samples[i] >= min_samples else self.tpot
+
+
+def repetitive(repetition: float) -> bool:
+    return repetition >= REPETITIVE
 
 
 def build_model(samples: Sequence[Sample]) -> CellModel:
@@ -62,17 +85,29 @@ def build_model(samples: Sequence[Sample]) -> CellModel:
         return CellModel(0, None, None, 0.0, 0.0, "-")
     ttft_points = [(float(s.concurrency), s.device_share, s.ttft) for s in ok if s.ttft is not None]
     tpot_points = [(float(s.concurrency), s.device_share, t) for s in ok if (t := s.tpot) is not None]
+    content = [repetitive(s.repetition) for s in ok if s.tpot is not None]
+    by_content = [
+        [p for p, rep in zip(tpot_points, content, strict=True) if rep == want] for want in (False, True)
+    ]
     levels = sorted({s.concurrency for s in ok})
     span = str(levels[0]) if len(levels) == 1 else f"{levels[0]}..{levels[-1]}"
     recent = ok[-RECENT_REQUESTS:]
+    ttft, ttft_run = current_regime(ttft_points)
+    tpot, tpot_run = current_regime(tpot_points)
     return CellModel(
         samples=len(ok),
-        ttft=fit_current(ttft_points),
-        tpot=fit_current(tpot_points),
+        ttft=ttft,
+        tpot=tpot,
         mean_e2e=sum(s.e2e for s in ok) / len(ok),
         mean_output_tokens=sum(s.output_tokens for s in ok) / len(ok),
         levels=span,
         recent_concurrency=sum(s.concurrency for s in recent) / len(recent),
+        regime_run=max(ttft_run, tpot_run, 0),
+        # Only when both contents were seen: otherwise the cell's own fit is that content's.
+        tpot_by_content=(fit_current(by_content[0]), fit_current(by_content[1]))
+        if all(by_content)
+        else (None, None),
+        content_samples=(len(by_content[0]), len(by_content[1])),
     )
 
 

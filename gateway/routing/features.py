@@ -3,6 +3,7 @@
 Prompt tokens are estimated from characters. The ratio is learned per backend from the
 `usage.prompt_tokens` each backend reports (`TokenEstimator.observe`), starting at ~4 characters per token.
 Images, video and audio are counted as a fixed number of tokens each, never by their (base64) bytes.
+`repetition` is the share of the prompt's word 4-grams that repeat (gateway/repetition.py, bounded work).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 import orjson
 
 from gateway.records import BackendSnapshot, Features
+from gateway.records.endpoints import ENDPOINTS
+from gateway.repetition import prompt_repetition
+from gateway.routing.shapes import block_chars, shape_size
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
 # Fixed token costs of non-text parts. A 1024x1024 image is ~1k tokens on Qwen-VL style encoders; video
@@ -80,7 +84,10 @@ def needed_tokens(features: Features) -> int:
 
 
 def normalize_endpoint(endpoint: str) -> str:
-    """ "chat" for chat completions in any spelling ("/v1/chat/completions"), else "completions"."""
+    """An endpoint name (records/endpoints.py) as it is; else "chat" for chat completions in any spelling
+    ("/v1/chat/completions"), "completions" for the rest."""
+    if endpoint in ENDPOINTS:
+        return endpoint
     return "chat" if "chat" in endpoint else "completions"
 
 
@@ -109,7 +116,8 @@ def content_size(body: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
         # Tool schemas are rendered into the prompt. One nested past orjson's limit is refused at the door.
         with contextlib.suppress(orjson.JSONEncodeError):
             chars += len(orjson.dumps(tools))
-    return chars, token_ids, media
+    shaped_chars, shaped_ids = shape_size(body, media)  # Messages, Responses, embeddings, rerank fields
+    return chars + shaped_chars, token_ids + shaped_ids, media
 
 
 def _message_chars(content: Any, media: dict[str, int]) -> int:
@@ -128,6 +136,8 @@ def _message_chars(content: Any, media: dict[str, int]) -> int:
             media[_PART_MODALITY[kind]] += 1
         elif isinstance(part.get("text"), str):
             chars += len(part["text"])
+        else:  # Messages and Responses blocks: tool use and results, documents, thinking
+            chars += block_chars(part, media)
     return chars
 
 
@@ -173,12 +183,15 @@ def extract_features(
         temperature=_number(body.get("temperature")),
         n=_int(body.get("n")) or 1,
         pool_inflight=sum(b.inflight for b in backends),
+        repetition=round(prompt_repetition(body.get("messages"), body.get("prompt")), 4),
     )
 
 
 def _max_output(body: Mapping[str, Any]) -> int | None:
     # max_completion_tokens is the newer chat field; when both are sent it wins, as in vLLM.
-    return _int(body.get("max_completion_tokens")) or _int(body.get("max_tokens"))
+    # max_output_tokens is the Responses spelling.
+    found = _int(body.get("max_completion_tokens")) or _int(body.get("max_tokens"))
+    return found or _int(body.get("max_output_tokens"))
 
 
 def _response_format(value: Any) -> str | None:

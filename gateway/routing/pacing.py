@@ -6,7 +6,9 @@ Paced, not drawn: each request of a profile adds epsilon (times a share below 1 
 profile's credit while some backend other than the predicted winner has fewer than min_samples samples,
 and the request that brings it to 1 explores and spends 1. At epsilon 0.25 every fourth request explores,
 so a cell is measured within min_samples / epsilon requests, never after a run of bad luck, and decisions
-replay exactly. Scoring only reads this state and returns an ExplorationPlan; `ExplorationLedger.book`
+replay exactly. A cell past its age bound is refreshed at MAX_EPSILON whatever the contention
+(`plan_refresh`, `stale_reason`); the ledger knows each cell's newest sends for that (`age`). Scoring only
+reads this state and returns an ExplorationPlan; `ExplorationLedger.book`
 applies the plan once the dispatcher has sent the request, and only then.
 """
 
@@ -26,10 +28,46 @@ MAX_EPSILON = 0.5
 ROUNDING = 1e-9
 
 
+# Sends remembered per cell, newest last: an under-measured cell's age counts from its min_samples-th
+# newest send, so this caps the min_samples that age can follow (policies use 5 to 10).
+KEPT_SENDS = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Exploration:
     backend: str
     why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Age:
+    """How old what the router knows of a cell is: requests of its profile booked since, and seconds."""
+
+    requests: int
+    seconds: float
+
+
+def stale_reason(age: Age, *, max_requests: int, max_s: float, changed: int | None = None) -> str | None:
+    """Why a cell's estimate is too old to trust, or None: past either bound (requests of its profile,
+    seconds), or older than a change another backend of the profile went through `changed` samples ago
+    (what was measured of this one then was compared against the old regime)."""
+    if age.requests >= max_requests:
+        return f"{age.requests} requests of its profile since measured (bound {max_requests})"
+    if age.seconds >= max_s:
+        return f"{age.seconds:.0f} s since measured (bound {max_s:g} s)"
+    if changed is not None and age.requests >= changed:
+        return f"measured before a regime change {changed} samples ago"
+    return None
+
+
+def plan_refresh(ages: Mapping[str, Age], credit: float) -> tuple[Exploration | None, float]:
+    """The refresh this request makes among the `ages` of cells past their bound, and the credit it adds.
+    Contention no longer defers it: the stalest (ties by name) accrues MAX_EPSILON per request, so it is
+    measured within two requests of its profile whatever its device's load."""
+    backend = min(ages, key=lambda name: (-ages[name].requests, -ages[name].seconds, name))
+    if credit + MAX_EPSILON < 1.0 - ROUNDING:
+        return None, MAX_EPSILON
+    return Exploration(backend, f"{backend}: refresh"), MAX_EPSILON
 
 
 def plan_exploration(
@@ -75,9 +113,21 @@ class ExplorationLedger:
         self.max_cells = max_cells
         self._credit: dict[str, float] = {}  # profile -> exploration credit
         self._sent: dict[tuple[str, str], deque[float]] = {}  # (backend, profile) -> when explorations went
+        self._booked: dict[str, tuple[int, float]] = {}  # profile -> (requests booked, when the first was)
+        # (backend, profile) -> its newest sends, each as (requests of the profile booked with it, when)
+        self._routed: dict[tuple[str, str], deque[tuple[int, float]]] = {}
 
     def credit(self, profile: str) -> float:
         return self._credit.get(profile, 0.0)
+
+    def age(self, backend: str, profile: str, now: float, nth: int = 1) -> Age:
+        """Requests of `profile` booked, and seconds passed, since its `nth` newest send to `backend` (a
+        cell sent fewer: since the profile's first booked request, so a cell never measured ages too)."""
+        booked, started = self._booked.get(profile, (0, now))
+        sends = self._routed.get((backend, profile))
+        nth = max(1, min(nth, KEPT_SENDS))
+        index, at = sends[-nth] if sends is not None and len(sends) >= nth else (0, started)
+        return Age(booked - index, now - at)
 
     def explorations(self, backend: str, profile: str, since: float) -> int:
         """Explorations of the cell sent at or after `since` (the start of the window)."""
@@ -87,7 +137,9 @@ class ExplorationLedger:
     def book(self, plan: ExplorationPlan, backend: str, now: float, since: float) -> None:
         """Apply `plan` for a request just sent to `backend` at `now`: its credit accrues; it spends one
         credit and counts as an exploration only if it really went to the backend it was to explore.
-        Explorations sent before `since` (out of the window) are forgotten on the way."""
+        Explorations sent before `since` (out of the window) are forgotten on the way. Every request booked
+        counts toward its profile's requests, and as a send to `backend` (what ages a cell)."""
+        self._count(plan.profile, backend, now)
         if plan.drop:
             self._credit.pop(plan.profile, None)
             return
@@ -96,6 +148,19 @@ class ExplorationLedger:
             credit -= 1.0
             self._remember(backend, plan.profile, now, since)
         self._credit[plan.profile] = credit
+
+    def _count(self, profile: str, backend: str, now: float) -> None:
+        booked, started = self._booked.get(profile, (0, now))
+        if profile not in self._booked and len(self._booked) >= self.max_cells:
+            del self._booked[next(iter(self._booked))]
+        self._booked[profile] = (booked + 1, started)
+        key = (backend, profile)
+        sends = self._routed.get(key)
+        if sends is None:
+            if len(self._routed) >= self.max_cells:
+                del self._routed[next(iter(self._routed))]
+            sends = self._routed[key] = deque(maxlen=KEPT_SENDS)
+        sends.append((booked + 1, now))
 
     def _remember(self, backend: str, profile: str, now: float, since: float) -> None:
         key = (backend, profile)

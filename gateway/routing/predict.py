@@ -71,12 +71,27 @@ def _queue_penalty(hint: EngineHint | None, mean_e2e: float, config: PredictConf
     return penalty, f"engine queue {waiting:g} waiting: TTFT +{penalty * 1000:.0f} ms"
 
 
+def _capacity_queue(c: int, capacity: int | None, mean_e2e: float) -> float:
+    """Seconds a request waits for a sequence slot when it would be the c-th on an engine that runs at
+    most `capacity` at once: a slot frees about every mean_e2e / capacity seconds. A fit measured below
+    the limit cannot show this wait, so it is added where the engine tells its limit."""
+    if not capacity or c <= capacity:
+        return 0.0
+    return (c - capacity) * mean_e2e / capacity
+
+
 def _objective_value(
-    objective: Objective, ttft: float | None, tpot: float | None, output_tokens: float, harm: float = 0.0
+    objective: Objective,
+    ttft: float | None,
+    tpot: float | None,
+    output_tokens: float,
+    harm: float = 0.0,
+    wait: float = 0.0,
 ) -> float | None:
     """The objective of one request, or None when a figure it needs is missing. ttft: TTFT + harm; e2e:
-    TTFT + out * TPOT + harm; tokens_per_second: out / (out * TPOT + harm), the tokens this request gets
-    per second of decode time it costs the device (1 / TPOT without harm)."""
+    TTFT + out * TPOT + harm; tokens_per_second: out / (out * TPOT + wait + harm), the tokens this request
+    gets per second of the device's time it takes: decode, the wait its load adds before the first token
+    (`wait`: queueing, not its own prefill), and the slow-down it causes (1 / TPOT on an idle engine)."""
     match objective:
         case "ttft":
             return None if ttft is None else ttft + harm
@@ -87,7 +102,7 @@ def _objective_value(
         case "tokens_per_second":
             if tpot is None or tpot <= 0:
                 return None
-            return output_tokens / (output_tokens * tpot + harm)
+            return output_tokens / (output_tokens * tpot + wait + harm)
         case _:
             assert_never(objective)
 
@@ -126,9 +141,14 @@ def predict_with_model(
     config: PredictConfig | None = None,
     device_busy: bool = False,
     device: Sequence[DeviceLoad] = (),
+    repetition: float = 0.0,
+    capacity: int | None = None,
 ) -> Prediction:
     """`device_busy`: another backend of the device has requests in flight; `device`: every backend of the
-    device (this one included) whose in-flight requests this one would slow down (empty: not counted)."""
+    device (this one included) whose in-flight requests this one would slow down (empty: not counted);
+    `repetition`: the request's content (records.Features.repetition), which picks the TPOT fit of that
+    content once the cell holds enough of it (a speculative engine decodes repetitive content faster);
+    `capacity`: the sequences the engine runs at once, where it says (beyond it a request queues)."""
     cfg = config or PredictConfig()
     c = inflight + 1
     higher = objective == "tokens_per_second"
@@ -136,8 +156,14 @@ def predict_with_model(
         why = f"{model.samples} successful samples (< {cfg.min_samples}): no prediction"
         return Prediction(backend, objective, c, model.samples, None, None, None, higher, why)
     penalty, hint_why = _queue_penalty(hint, model.mean_e2e, cfg)
+    queued = _capacity_queue(c, capacity, model.mean_e2e)
+    if queued > penalty:  # the engine's own queue report already counts the same wait: the larger one
+        penalty, hint_why = queued, f"{c} over its {capacity} sequences: TTFT +{queued * 1000:.0f} ms"
     ttft = model.ttft.at(c, device_busy) + penalty if model.ttft else None
-    tpot = model.tpot.at(c, device_busy) if model.tpot else None
+    # The part of TTFT that load adds (queueing, prefill behind others), not the prompt's own prefill.
+    wait = ttft - model.ttft.at(model.ttft.low_c, device_busy) if model.ttft and ttft is not None else 0.0
+    tpot_fit = model.tpot_for(repetition, cfg.min_samples)
+    tpot = tpot_fit.at(c, device_busy) if tpot_fit else None
     out = max_output_tokens or round(model.mean_output_tokens) or cfg.default_output_tokens
     harms: dict[str, float] = {}
     extension = 0.0
@@ -147,8 +173,8 @@ def predict_with_model(
         extension = duration if me is None else busy_extension(me, duration)
         harms = device_harm(backend, duration, device, cfg.min_samples)
     harm = sum(harms.values())
-    own = _objective_value(objective, ttft, tpot, out)
-    value = _objective_value(objective, ttft, tpot, out, harm)
+    own = _objective_value(objective, ttft, tpot, out, wait=wait)
+    value = _objective_value(objective, ttft, tpot, out, harm, wait)
     neighbour = "device busy" if device_busy else "device otherwise idle"
     measured = f"{model.samples} samples at c {model.levels}"
     why = f"{measured}, predicted at c={c}, {neighbour}: {_describe(ttft, tpot)}; {hint_why}"
@@ -157,8 +183,20 @@ def predict_with_model(
         why += f"; keeps {backend} busy {extension:.3g} s beyond its in-flight requests"
         why += f"; slows the device's in-flight requests by {harm:.3g} s ({parts})"
     return Prediction(
-        backend, objective, c, model.samples, ttft, tpot, value, higher, why, own, harm, device_busy,
-        extension, tuple(harms.items()),
+        backend,
+        objective,
+        c,
+        model.samples,
+        ttft,
+        tpot,
+        value,
+        higher,
+        why,
+        own,
+        harm,
+        device_busy,
+        extension,
+        tuple(harms.items()),
     )
 
 

@@ -22,7 +22,16 @@ SHARE_MARGIN = 0.25
 def fit_current(
     points: Sequence[LoadPoint], run: int = CHANGE_RUN, factor: float = CHANGE_FACTOR
 ) -> Fit | None:
-    """fit_load over the points of the engine's current regime, oldest point first.
+    """fit_load over the points of the engine's current regime, oldest point first (see `current_regime`)."""
+    return current_regime(points, run, factor)[0]
+
+
+def current_regime(
+    points: Sequence[LoadPoint], run: int = CHANGE_RUN, factor: float = CHANGE_FACTOR
+) -> tuple[Fit | None, int]:
+    """fit_load over the points of the engine's current regime, oldest point first, and how many trailing
+    points that regime holds when it differs from the older ones: positive when they are slower, negative
+    when faster (0: no change seen).
 
     A window of 256 samples remembers a backend that has since slowed down: a fit over all of it would need
     about as many new samples as old ones to notice. So when the newest `run` points all sit more than
@@ -34,7 +43,7 @@ def fit_current(
     older = points[:-run]
     before = fit_load(older) if len(older) >= run else None
     if before is None:
-        return fit_load(points)
+        return fit_load(points), 0
     c_low, c_high = min(c for c, _, _ in older), max(c for c, _, _ in older)
     z_low, z_high = min(z for _, z, _ in older), max(z for _, z, _ in older)
 
@@ -50,5 +59,5 @@ def fit_current(
     while first != 0 and length < len(points) and side(points[-1 - length]) == first:
         length += 1
     if first == 0 or length < run:
-        return fit_load(points)
-    return fit_load(points[-length:])
+        return fit_load(points), 0
+    return fit_load(points[-length:]), length * first

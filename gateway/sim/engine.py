@@ -20,6 +20,7 @@ from typing import Literal
 
 from aiohttp import web
 
+from gateway.repetition import prompt_repetition
 from gateway.sim.clock import SimClock
 from gateway.sim.flavors import flavor_for
 from gateway.sim.flavors.base import Flavor, RunSummary
@@ -241,7 +242,10 @@ class RequestRun:
     async def steps_of(self) -> AsyncGenerator[int, None]:
         """Tokens per engine step; closing early cancels the request in the model at once."""
         engine = self._engine
-        gen = engine.model.generate(self._plan.prompt.tokens, self._plan.completion_tokens)
+        request = self._plan.request
+        # The same figure the gateway's features compute, from the same JSON values the client sent.
+        repetition = prompt_repetition(request.messages or None, request.prompt or None)
+        gen = engine.model.generate(self._plan.prompt.tokens, self._plan.completion_tokens, repetition)
         async with contextlib.aclosing(gen):
             async for produced in gen:
                 await engine.wait_awake()

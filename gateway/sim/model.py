@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 from gateway.sim.clock import SimClock
-from gateway.sim.perf import Device, PerfSpec, StepLoad, step_seconds
+from gateway.sim.perf import COPY_ACCEPTANCE, Device, PerfSpec, StepLoad, step_seconds
 
 
 @dataclass
@@ -50,6 +50,8 @@ class _Sequence:
     prompt: int
     max_tokens: int
     rng: random.Random
+    copy_share: float = 0.0  # share of decode steps that copy a span of the context (speculation)
+    rates: list[float] = field(default_factory=list)  # per-position acceptance of the other steps
     outbox: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
     target: int = 0
     computed: int = 0
@@ -100,7 +102,11 @@ class EngineModel:
 
     # ----------------------------------------------------------------------------------------- requests
 
-    async def generate(self, prompt_tokens: int, max_tokens: int) -> AsyncGenerator[int, None]:
+    async def generate(
+        self, prompt_tokens: int, max_tokens: int, repetition: float | None = None
+    ) -> AsyncGenerator[int, None]:
+        """`repetition`: the request's content (gateway/repetition.py), which sets how many speculative
+        drafts are accepted; None keeps the configured acceptance."""
         if prompt_tokens < 1 or max_tokens < 1:
             raise ValueError("prompt_tokens and max_tokens must be positive")
         if prompt_tokens + max_tokens > self.perf.kv_capacity_tokens:
@@ -111,6 +117,8 @@ class EngineModel:
         # Seeded per request (engine seed, arrival number): the same run replays the same acceptances.
         rng = random.Random(self.perf.seed * 1_000_003 + next(self._requests))
         seq = _Sequence(prompt=prompt_tokens, max_tokens=max_tokens, rng=rng, target=prompt_tokens)
+        if self.perf.speculative is not None:
+            seq.copy_share, seq.rates = self.perf.speculative.acceptance_at(repetition)
         self._waiting.append(seq)
         self._publish_gauges()
         self._ensure_running()
@@ -248,13 +256,18 @@ class EngineModel:
         if spec is None:
             return 1
         accepted = 0
-        previous = 1.0
-        for p in spec.acceptance[: spec.k]:
-            conditional = p / previous if previous > 0 else 0.0
-            if seq.rng.random() >= conditional:
-                break
-            accepted += 1
-            previous = p
+        if seq.copy_share > 0 and seq.rng.random() < seq.copy_share:
+            # A step inside a span the context already holds: every position at the copy rate.
+            while accepted < spec.k and seq.rng.random() < COPY_ACCEPTANCE:
+                accepted += 1
+        else:
+            previous = 1.0
+            for p in seq.rates[: spec.k]:
+                conditional = p / previous if previous > 0 else 0.0
+                if seq.rng.random() >= conditional:
+                    break
+                accepted += 1
+                previous = p
         self.stats.spec_drafts_total += 1
         self.stats.spec_draft_tokens_total += spec.k
         self.stats.spec_accepted_tokens_total += accepted

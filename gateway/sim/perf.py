@@ -12,6 +12,15 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# Conditional acceptance of each draft position while the output copies a span of its context (an edit
+# rewriting the quoted file, a quoted tool result): lookup and model drafters both get these right.
+COPY_ACCEPTANCE = 0.97
+# Speculation methods that draft by looking up the context's n-grams instead of running a draft model.
+PROMPT_LOOKUP_METHODS = frozenset({"ngram", "suffix", "prompt_lookup"})
+# Repetition of the content an n-gram acceptance was measured on when the fleet does not say: published
+# n-gram figures come from code editing, summarisation and multi-turn chat, where prompts repeat.
+NGRAM_MEASURED_REPETITION = 0.4
+
 
 class SpecDecodeSpec(BaseModel):
     """Speculative decoding: `k` draft tokens per step, verified in the same forward pass.
@@ -41,6 +50,10 @@ class SpecDecodeSpec(BaseModel):
     verify_per_context_token_s: float = Field(default=5e-7, ge=0.0)
     # Prefill attention sharing a speculative step runs outside CUDA graphs: its cost times (1 + this).
     prefill_attn_penalty: float = Field(default=0.2, ge=0.0)
+    # Repetition (gateway/repetition.py) of the content `acceptance` was measured on. None: 0 for
+    # model drafters (MTP, EAGLE, DFlash: benchmark prompts are novel text), NGRAM_MEASURED_REPETITION for
+    # n-gram lookup, whose published acceptance comes from repetitive workloads (docs/twin.md).
+    measured_repetition: float | None = Field(default=None, ge=0.0, lt=1.0)
 
     @model_validator(mode="after")
     def _acceptance_covers_k(self) -> SpecDecodeSpec:
@@ -60,6 +73,39 @@ class SpecDecodeSpec(BaseModel):
     def mean_accepted(self) -> float:
         """Expected accepted drafts per step (vLLM's mean acceptance length minus the bonus token)."""
         return sum(self.acceptance[: self.k])
+
+    @property
+    def copies_from_prompt(self) -> bool:
+        """N-gram lookup drafts only what the context already holds; a model drafter predicts."""
+        return self.method in PROMPT_LOOKUP_METHODS
+
+    def reference_repetition(self) -> float:
+        if self.measured_repetition is not None:
+            return self.measured_repetition
+        return NGRAM_MEASURED_REPETITION if self.copies_from_prompt else 0.0
+
+    def novel_acceptance(self) -> list[float]:
+        """Per-position rates on content that repeats nothing: the measured rates with the copying steps
+        of the measured content taken out (see acceptance_at)."""
+        m = self.reference_repetition()
+        rates = [
+            max(0.0, (a - m * COPY_ACCEPTANCE ** (i + 1)) / (1.0 - m)) for i, a in enumerate(self.acceptance)
+        ]
+        # Keep the rates non-increasing (a later position is only reached through the earlier ones).
+        for i in range(1, len(rates)):
+            rates[i] = min(rates[i], rates[i - 1])
+        return rates
+
+    def acceptance_at(self, repetition: float | None) -> tuple[float, list[float]]:
+        """(share of steps that copy, per-position rates of the other steps) for a request's content.
+
+        A step either continues a span the context already holds (probability = the request's
+        repetition), where every method's drafts are accepted at COPY_ACCEPTANCE per position, or
+        writes something new, at the novel rates. None: the configured rates as measured.
+        """
+        if repetition is None:
+            return 0.0, list(self.acceptance)
+        return min(max(repetition, 0.0), 1.0), self.novel_acceptance()
 
 
 class PerfSpec(BaseModel):

@@ -11,15 +11,16 @@ translation of one completion record into a `Sample` (or None when the record sa
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.backends.engine_metrics import FLAVORS, Flavor
 from gateway.backends.fetch import Fetch
 from gateway.backends.identity import BackendIdentity, identity
 from gateway.backends.scraper import MetricsScraper, ScrapeTarget
 from gateway.records import Sample
+from gateway.repetition import prompt_repetition
 from gateway.settings import BackendConfig, MeasurementConfig, PoolConfig
 from gateway.stats import snapshot
 from gateway.stats.live import LiveRecorder
@@ -104,7 +105,13 @@ def record_sample(record: Completion) -> Sample | None:
         device_share=_share(record.device_shared_s, record.e2e - before),
         error=failed,
         mean_itl=sum(gaps) / len(gaps) if gaps else None,
+        # Read after the answer went out (bounded work): a speculative engine's decode speed depends on it.
+        repetition=_repetition(getattr(record, "body", None)),  # a record without its request: novel
     )
+
+
+def _repetition(body: Mapping[str, Any] | None) -> float:
+    return prompt_repetition(body.get("messages"), body.get("prompt")) if body else 0.0
 
 
 def _share(shared_s: float, span_s: float) -> float:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, Decision, Sample
+from gateway.repetition import prompt_repetition
 from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
@@ -87,10 +88,12 @@ def body(endpoint: str) -> dict[str, object]:
 def serve(router: PolicyRouter, recorder: LiveRecorder, clock: Clock, endpoint: str, perf: Perf) -> str:
     """Route one request at idle load, play it on the chosen backend, record what the gateway would."""
     backends = [BackendSnapshot("x"), BackendSnapshot("y")]
-    decision = router.route(endpoint, body(endpoint), backends)
+    request = body(endpoint)
+    decision = router.route(endpoint, request, backends)
     chosen = sent(router, decision)
     ttft, tpot = perf(chosen, decision.profile, 1)
+    content = prompt_repetition(request.get("messages"), request.get("prompt"))  # as stats/measurement.py
     recorder.record(chosen, decision.profile, Sample(e2e=ttft + 63 * tpot, ttft=ttft, output_tokens=64,
-                                                    prompt_tokens=40, concurrency=1))
+                                                    prompt_tokens=40, concurrency=1, repetition=content))
     clock.t += 1.0
     return chosen

@@ -78,12 +78,13 @@ def test_exploration_counts_requests_still_in_flight() -> None:
 
 
 def first_exploration(x_inflight: int, y_inflight: int, devices: dict[str, str], history: bool = True,
-                      min_samples: int = 5, routes: int = 4000) -> list[int]:
+                      min_samples: int = 5, routes: int = 4000, refresh_requests: int = 40) -> list[int]:
     """Which of `routes` requests explore y (the winner x is measured, y never answered), epsilon 0.5."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for sample in samples(0.020) if history else []:  # x's newest 16 requests met a load of 8.5 on average
         recorder.record("x", "default", sample)
-    policy = with_adaptive(POLICY, explore_epsilon=0.5, min_samples=min_samples)
+    policy = with_adaptive(POLICY, explore_epsilon=0.5, min_samples=min_samples,
+                           refresh_requests=refresh_requests)
     scorer = AdaptiveScorer(recorder, devices=devices)
     router = PolicyRouter(FixedPolicy(parse_policy(policy)), objective_scorer=scorer)
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
@@ -98,17 +99,23 @@ def test_exploration_waits_for_a_moment_when_it_slows_the_busy_engine_least() ->
     # Credit accrues at 0.5 per request, or 0.5 x 0.2 / (requests slowed) on a shared device.
     assert first_exploration(14, 0, {})[:2] == [1, 3]  # separate devices: every second request
     assert first_exploration(0, 0, SHARED, history=False)[:2] == [1, 3]  # a quiet device: the same
-    # Waking y next to x's 14 requests slows all 14: the 140th request explores. Deferred, not forbidden.
-    assert first_exploration(14, 0, SHARED)[0] == 139
-    # y already runs 3: only ~1/4 of an exploration keeps it busy longer, so x's 14 count as 3.5.
-    assert first_exploration(14, 3, SHARED)[0] == 34
-    # x between two requests of a stream whose requests met 8.5 on average is not a quiet device.
-    assert first_exploration(0, 0, SHARED)[0] == 84
-    assert len(first_exploration(14, 0, SHARED)) == 5  # and never more than min_samples
+    # Waking y next to x's 14 requests slows all 14: credit accrues at 0.5 x 0.2 / 14 per request, so it
+    # would wait for the 140th. Deferred only up to the bound: a cell short of min_samples is due once
+    # min_samples / epsilon = 10 requests went by, then measured at 0.5 whatever the contention.
+    assert first_exploration(14, 0, SHARED) == [11, 13, 15, 17, 19]  # and never more than min_samples
+    assert first_exploration(14, 3, SHARED)[0] == 11
+    # Within a farther bound, the deferral itself: y already runs 3, so only ~1/4 of an exploration keeps
+    # it busy longer and x's 14 count as 3.5 (the 35th request); x between two requests of a stream whose
+    # requests met 8.5 on average is not a quiet device (the 85th).
+    far = {"min_samples": 50, "refresh_requests": 1000}
+    assert first_exploration(14, 3, SHARED, **far)[0] == 34
+    assert first_exploration(0, 0, SHARED, **far)[0] == 84
 
 
 def test_deferred_exploration_is_kept_less_often_the_more_requests_it_would_slow() -> None:
-    kept = {n: len(first_exploration(n, 0, SHARED, min_samples=1000)) for n in (1, 16, 32)}
-    # 4000 requests at 0.5 x 0.2 / n: next to 16 in flight 25, next to 32 12; next to 1, x's recent
-    # load (8.5) counts: 47.
-    assert kept == {1: 47, 16: 25, 32: 12}
+    # min_samples 1000 at epsilon 0.5: due only after 2000 requests, so the first 2000 show the deferral.
+    kept = {n: len(first_exploration(n, 0, SHARED, min_samples=1000, routes=2000, refresh_requests=5000))
+            for n in (1, 16, 32)}
+    # 2000 requests at 0.5 x 0.2 / n: next to 16 in flight 12, next to 32 6; next to 1, x's recent
+    # load (8.5) counts: 23.
+    assert kept == {1: 23, 16: 12, 32: 6}

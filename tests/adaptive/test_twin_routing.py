@@ -104,12 +104,18 @@ def test_traffic_moves_away_from_a_backend_that_slows_down_mid_run(tmp_path: Pat
         async with gateway_over_fleet(split_fleet(), policy=write_policy(tmp_path),
                                       state_dir=tmp_path / "state") as stack:
             before = [(await route(stack, SHORT_PROMPT, LONG_OUTPUT, seed=i))[0] for i in range(70)]
-            stack.fleet.engine("x").set_slowdown(8.0)  # the twin's slow-down fault: every step 8x longer
+            # The twin's slow-down fault: every step 16x longer. (At 8x, x's measured TPOT, 1.96 ms, ties
+            # y's 1.98 ms: a router that keeps measuring both then rightly flips between them.)
+            stack.fleet.engine("x").set_slowdown(16.0)
             after = [(await route(stack, SHORT_PROMPT, LONG_OUTPUT, seed=100 + i))[0] for i in range(20)]
         return before, after
 
     before, after = asyncio.run(scenario())
-    assert before[20:] == ["x"] * 50, before  # x's window holds 55 fast samples
+    # x's window holds ~55 fast samples; y gets only its refresh once its estimate is 40 requests old.
+    assert before[20:].count("y") <= 50 // 40, "".join(before)
     # Five slow samples restart x's fit (regime.fit_current): the bound does not grow with the window.
-    moved_at = next(i for i in range(len(after)) if after[i:].count("x") == 0)
-    assert moved_at <= 6, after
+    # From then on x gets at most a refresh (its estimate is due again once it is old, or once y's own
+    # newest samples leave y's fit: what is known of x was measured before).
+    moved_at = next(i for i in range(len(after)) if after[i:].count("x") <= 1)
+    assert moved_at <= 6, "".join(after)
+    assert after[moved_at:].count("x") <= 1, "".join(after)

@@ -101,9 +101,15 @@ def test_the_adaptive_knobs_have_their_defaults_and_bounds_in_the_printed_schema
         "explore_epsilon": 0.25,
         "tolerance": 0.25,
         "contended_share": 0.2,
+        "refresh_requests": 40,
+        "refresh_s": 120.0,
     }
     assert knobs["explore_epsilon"]["maximum"] == 0.5 and all(knobs[n]["description"] for n in knobs)
     policy = Policy.model_validate({**MINIMAL, "adaptive": {"min_samples": 8}})
     assert policy.adaptive.min_samples == 8 and policy.adaptive.explore_epsilon == 0.25
     with pytest.raises(ValidationError, match="less than or equal to 0.5"):
         Policy.model_validate({**MINIMAL, "adaptive": {"explore_epsilon": 0.6}})
+    with pytest.raises(ValidationError, match="greater than 0"):
+        Policy.model_validate({**MINIMAL, "adaptive": {"refresh_s": 0}})
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        Policy.model_validate({**MINIMAL, "adaptive": {"refresh_requests": 0}})

@@ -7,7 +7,15 @@ from typing import Any
 
 from gateway.records import ExplorationPlan
 from gateway.routing.cells import MIN_SAMPLES
-from gateway.routing.pacing import MAX_EPSILON, Exploration, ExplorationLedger, plan_exploration
+from gateway.routing.pacing import (
+    MAX_EPSILON,
+    Age,
+    Exploration,
+    ExplorationLedger,
+    plan_exploration,
+    plan_refresh,
+    stale_reason,
+)
 
 
 def pick_exploration(
@@ -92,3 +100,31 @@ def test_the_ledger_keeps_at_most_max_cells_cells() -> None:
     for backend in ("a", "b", "c"):
         ledger.book(ExplorationPlan("p", accrued=1.0, backend=backend), backend, now=1.0, since=0.0)
     assert [ledger.explorations(b, "p", since=0.0) for b in ("a", "b", "c")] == [0, 1, 1]
+
+
+def test_a_cell_ages_from_its_nth_newest_send_or_from_the_profiles_first_request() -> None:
+    ledger = ExplorationLedger(max_cells=8)
+    plan = ExplorationPlan("p")
+    for at, backend in enumerate(["x", "y", "x", "x", "y", "x"]):
+        ledger.book(plan, backend, now=100.0 + at, since=0.0)
+    assert ledger.age("y", "p", now=110.0) == Age(1, 6.0)  # newest y send: the 5th request, at 104
+    assert ledger.age("y", "p", now=110.0, nth=2) == Age(4, 9.0)  # its 2nd newest: the 2nd, at 101
+    assert ledger.age("y", "p", now=110.0, nth=3) == Age(6, 10.0)  # fewer sends: the profile's start
+    assert ledger.age("z", "p", now=110.0) == Age(6, 10.0)  # never sent: blind since the start
+    assert ledger.age("z", "q", now=110.0) == Age(0, 0.0)  # no request of the profile yet
+
+
+def test_a_stale_reason_names_the_bound_that_was_passed() -> None:
+    assert stale_reason(Age(39, 10.0), max_requests=40, max_s=120) is None
+    assert "40 requests" in (stale_reason(Age(40, 10.0), max_requests=40, max_s=120) or "")
+    assert "121 s" in (stale_reason(Age(3, 121.0), max_requests=40, max_s=120) or "")
+    # Older than a change another backend went through 5 samples ago: due however young.
+    assert "regime change" in (stale_reason(Age(5, 1.0), max_requests=40, max_s=120, changed=5) or "")
+    assert stale_reason(Age(4, 1.0), max_requests=40, max_s=120, changed=5) is None
+
+
+def test_a_refresh_goes_to_the_stalest_at_the_highest_rate() -> None:
+    ages = {"a": Age(41, 5.0), "b": Age(60, 1.0), "c": Age(60, 2.0)}
+    assert plan_refresh(ages, credit=0.0) == (None, MAX_EPSILON)  # two requests: the second one refreshes
+    explored, rate = plan_refresh(ages, credit=0.5)
+    assert explored is not None and explored.backend == "c" and rate == MAX_EPSILON

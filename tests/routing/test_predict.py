@@ -9,7 +9,7 @@ import pytest
 from gateway.backends.engine_metrics import EngineMetrics
 from gateway.backends.scraper import ScrapeResult, hint_from_scrape
 from gateway.records import EngineHint, Sample
-from gateway.routing.cells import ModelCache
+from gateway.routing.cells import ModelCache, build_model
 from gateway.routing.predict import predict, predict_with_model, rank
 from gateway.stats.live import LiveRecorder
 
@@ -53,7 +53,12 @@ def test_tpot_prediction_follows_the_fit_at_the_load_the_request_joins() -> None
     p = predict("mtp", MTP, inflight=5, objective="tokens_per_second")
     assert p.concurrency == 6
     assert p.tpot == pytest.approx(0.012 + 0.008 * 6, rel=0.05)
-    assert p.tpot is not None and p.value == pytest.approx(1 / p.tpot)
+    # Tokens per second of the device's time: decode, plus the wait its load adds before the first token
+    # (TTFT at c = 6 less TTFT at the lowest load measured, c = 1: ~0.6 s per extra request, as fitted).
+    assert p.tpot is not None and p.ttft is not None
+    wait = p.ttft - predict("mtp", MTP, inflight=0, objective="ttft").value
+    assert wait > 2.5
+    assert p.value == pytest.approx(256 / (256 * p.tpot + wait))
     assert p.higher_is_better
     assert "c 1..4" in p.why and "c=6" in p.why
 
@@ -135,3 +140,16 @@ def test_cached_model_predicts_like_the_plain_function() -> None:
     model = ModelCache().get(rec, "plain", "long", now=1100.0)
     direct = predict("plain", PLAIN, inflight=3, objective="e2e")
     assert predict_with_model("plain", model, inflight=3, objective="e2e") == direct
+
+
+def test_a_request_beyond_the_engines_sequence_limit_waits_for_a_slot() -> None:
+    model = build_model(MTP)
+    unlimited = predict_with_model("e", model, inflight=5, objective="ttft")
+    full = predict_with_model("e", model, inflight=5, objective="ttft", capacity=4)
+    assert unlimited.ttft is not None and full.ttft is not None
+    # c = 6 on an engine running 4 at once: 2 ahead of it in the queue, a slot every mean_e2e / 4.
+    assert full.ttft == pytest.approx(unlimited.ttft + 2 * model.mean_e2e / 4)
+    assert "over its 4 sequences" in full.why
+    assert predict_with_model("e", model, inflight=3, objective="ttft", capacity=4).ttft == pytest.approx(
+        predict_with_model("e", model, inflight=3, objective="ttft").ttft
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.routing.fitting import fit_load
-from gateway.routing.regime import fit_current
+from gateway.routing.regime import current_regime, fit_current
 
 
 def test_a_fit_restarts_when_the_newest_points_all_differ_from_the_rest() -> None:
@@ -27,3 +27,11 @@ def test_a_fit_keeps_its_history_for_fewer_outliers_noise_or_a_load_never_measur
     assert noisy is not None and noisy.at(1) < 0.03
     burst = fit_current(steady + [(16.0, 0.0, 0.300)] * 8)  # c = 16 was never seen: load, not a change
     assert burst is not None and burst.low_c == 1.0 and burst.at(1) < 0.06
+
+
+def test_the_current_regime_says_how_many_newest_points_left_the_older_fit() -> None:
+    steady = [(1.0, 0.0, 0.020 + 0.001 * (i % 3)) for i in range(30)]
+    assert current_regime(steady)[1] == 0
+    fit, run = current_regime(steady + [(1.0, 0.0, 0.060)] * 7)
+    assert run == 7 and fit is not None and fit.at(1.0) > 0.05
+    assert current_regime(steady + [(1.0, 0.0, 0.005)] * 6)[1] == -6  # faster: a change the other way
