@@ -45,6 +45,10 @@ class EngineSpec(BaseModel):
     vision: bool = False
     # Thinking model with a reasoning parser: the first tokens of a chat answer are reasoning.
     reasoning: bool = False
+    # Serves /v1/embeddings (llama.cpp `--embeddings`, a vLLM pooling model, SGLang `--is-embedding`).
+    embeddings: bool = False
+    # Serves /v1/rerank (llama.cpp `--reranking`, a vLLM or SGLang cross-encoder).
+    reranking: bool = False
     device: str = "spark"
     warmup_s: float = Field(default=0.0, ge=0.0)  # simulated load + compile + graph capture time
     faults: FaultSpec = Field(default_factory=FaultSpec)

@@ -4,21 +4,26 @@ Everything engine-specific (validation, JSON shapes, info endpoints, metrics) co
 module only sequences it the way the engines do: validate before answering (errors before the stream
 are plain JSON with a status), then stream one chunk per engine step, then the finish chunk, the usage
 chunk when asked for, and [DONE]. A client that goes away cancels the request in the model at once.
+The agent APIs (Messages, Responses) and the non-generating endpoints come from agent_api.py and
+utility_api.py; a path or method the engine does not serve is answered as the engine answers it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
 
+from gateway.sim.agent_api import agent_routes
 from gateway.sim.flavors.base import JSON, Flavor, Piece, RunSummary
 from gateway.sim.flavors.request import ApiError, Endpoint, RequestPlan, parse_request
+from gateway.sim.generation import output_of, pieces
+from gateway.sim.http import error_response, event_stream, groups, json_response, read_body
+from gateway.sim.utility_api import utility_routes
 
 if TYPE_CHECKING:
     from gateway.sim.engine import RequestRun, SimEngine
@@ -55,6 +60,8 @@ def build_app(engine: SimEngine) -> web.Application:
         ("POST", "/v1/chat/completions"): generation("chat"),
         ("POST", "/v1/completions"): generation("completions"),
     }
+    for method, path, handler in [*agent_routes(engine), *utility_routes(engine)]:
+        routes[(method, path)] = handler
     for alias, target in flavor.route_aliases.items():
         for (method, path), handler in list(routes.items()):
             if path == target:
@@ -64,14 +71,6 @@ def build_app(engine: SimEngine) -> web.Application:
     for (method, path), handler in routes.items():
         app.router.add_route(method, path, handler)
     return app
-
-
-def json_response(body: JSON, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
-
-
-def error_response(flavor: Flavor, err: ApiError) -> web.Response:
-    return json_response(flavor.error_body(err), status=err.status)
 
 
 def _lifecycle(engine: SimEngine) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -88,6 +87,10 @@ def _lifecycle(engine: SimEngine) -> Callable[..., Awaitable[web.StreamResponse]
         engine.track(request.transport)
         try:
             return await handler(request)
+        except web.HTTPNotFound:
+            return engine.flavor.unknown_route(404)
+        except web.HTTPMethodNotAllowed:
+            return engine.flavor.unknown_route(405)
         finally:
             engine.untrack(request.transport)
 
@@ -97,9 +100,7 @@ def _lifecycle(engine: SimEngine) -> Callable[..., Awaitable[web.StreamResponse]
 async def _generate(engine: SimEngine, endpoint: Endpoint, request: web.Request) -> web.StreamResponse:
     flavor = engine.flavor
     try:
-        if flavor.requires_json_content_type and request.content_type != "application/json":
-            raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed")
-        body = await _read_json(request)
+        body = await read_body(flavor, request)
         plan = flavor.plan(parse_request(endpoint, body), engine.spec, engine.rng)
     except ApiError as err:
         return error_response(flavor, err)
@@ -112,14 +113,6 @@ async def _generate(engine: SimEngine, endpoint: Endpoint, request: web.Request)
     return await _complete(engine, plan, run)
 
 
-async def _read_json(request: web.Request) -> object:
-    raw = await request.read()
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ApiError(400, f"JSON decode error: {exc}") from None
-
-
 async def _complete(engine: SimEngine, plan: RequestPlan, run: RequestRun) -> web.StreamResponse:
     flavor = engine.flavor
     try:
@@ -130,11 +123,9 @@ async def _complete(engine: SimEngine, plan: RequestPlan, run: RequestRun) -> we
         run.finish("abort")
         raise
     summary = run.finish(plan.finish_reason)
-    reasoning_n = min(plan.reasoning_tokens, run.tokens)
-    reasoning = plan.output.span(0, reasoning_n) if reasoning_n else None
-    content = plan.output.span(reasoning_n, run.tokens - reasoning_n)
+    out = output_of(plan, run.tokens)
     usage = flavor.usage(plan.prompt.tokens, run.tokens)
-    body = flavor.response(plan, content, reasoning, plan.finish_reason, usage)
+    body = flavor.response(plan, out.content, out.reasoning, plan.finish_reason, usage, out.tool)
     body.update(flavor.last_chunk_extra(summary))
     return json_response(body)
 
@@ -143,9 +134,7 @@ async def _stream(
     engine: SimEngine, plan: RequestPlan, run: RequestRun, request: web.Request
 ) -> web.StreamResponse:
     flavor = engine.flavor
-    writer = _SseWriter(
-        web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    )
+    writer = _SseWriter(event_stream())
     fail_after_first = engine.should_fail_stream()
     continuous = flavor.continuous_usage(plan.request)
     prompt_tokens = plan.prompt.tokens
@@ -158,10 +147,10 @@ async def _stream(
         async with contextlib.aclosing(run.steps_of()) as steps:
             async for produced in steps:
                 chunks: list[JSON] = []
-                for start, count in _groups(emitted, produced, flavor.chunk_per_token):
+                for start, count in groups(emitted, produced, flavor.chunk_per_token):
                     usage = flavor.usage(prompt_tokens, start + count) if continuous else None
                     chunks.extend(
-                        flavor.chunk(plan, piece, None, usage) for piece in _pieces(plan, start, count)
+                        flavor.chunk(plan, piece, None, usage) for piece in pieces(plan, start, count)
                     )
                 emitted += produced
                 await writer.send(chunks)
@@ -189,27 +178,6 @@ def _closing_chunks(flavor: Flavor, plan: RequestPlan, summary: RunSummary, cont
     if plan.request.include_usage:
         return [finish, {**flavor.usage_chunk(plan, usage), **extra}]
     return [{**finish, **extra}]
-
-
-def _groups(start: int, count: int, per_token: bool) -> list[tuple[int, int]]:
-    if per_token:
-        return [(i, 1) for i in range(start, start + count)]
-    return [(start, count)]
-
-
-def _pieces(plan: RequestPlan, start: int, count: int) -> list[Piece]:
-    """The text of output positions [start, start+count), split into reasoning and content deltas."""
-    end = start + count
-    if plan.request.endpoint == "completions":
-        return [Piece(content=plan.output.span(start, count))]
-    boundary = plan.reasoning_tokens
-    pieces: list[Piece] = []
-    if start < boundary:
-        pieces.append(Piece(reasoning=plan.output.span(start, min(end, boundary) - start)))
-    if end > boundary:
-        first = max(start, boundary)
-        pieces.append(Piece(content=plan.output.span(first, end - first)))
-    return pieces
 
 
 class _SseWriter:

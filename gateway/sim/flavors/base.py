@@ -20,6 +20,7 @@ from gateway.sim.flavors.shapes import chunk_object, envelope
 from gateway.sim.fleet import EngineSpec
 from gateway.sim.model import EngineStats
 from gateway.sim.text import OutputText, Prompt, chat_prompt, completion_prompt
+from gateway.sim.tools import ToolDelta, plan_tool_call
 
 JSON = dict[str, Any]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -51,6 +52,7 @@ class Piece:
     content: str | None = None
     reasoning: str | None = None
     role: bool = False
+    tool: ToolDelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +89,14 @@ class Flavor(ABC):
         max_tokens = self.output_budget(req, prompt.tokens, spec)
         seed = req.seed if req.seed is not None else rng.getrandbits(32)
         output = OutputText(spec.served_model_name, prompt.text, seed, req.temperature)
+        tool_call = plan_tool_call(req.messages, req.tools, req.tool_choice, self.tool_call_id())
         # max_tokens is already capped by the context: running into it ends on "length", like the engines.
-        if req.ignore_eos or max_tokens < output.natural_length:
+        natural = tool_call.tokens if tool_call else output.natural_length
+        if (req.ignore_eos and not tool_call) or max_tokens < natural:
             completion, finish = max_tokens, "length"
         else:
-            completion, finish = output.natural_length, "stop"
-        thinking = spec.reasoning and req.endpoint == "chat" and req.enable_thinking
+            completion, finish = natural, "tool_calls" if tool_call else "stop"
+        thinking = spec.reasoning and req.endpoint == "chat" and req.enable_thinking and not tool_call
         return RequestPlan(
             request=req,
             request_id=self.new_id(req),
@@ -103,6 +107,7 @@ class Flavor(ABC):
             completion_tokens=completion,
             finish_reason=finish,
             reasoning_tokens=min(completion // 4, 64) if thinking else 0,
+            tool_call=tool_call,
         )
 
     def check_request(self, req: ParsedRequest, spec: EngineSpec) -> None:
@@ -120,6 +125,9 @@ class Flavor(ABC):
 
     def new_id(self, req: ParsedRequest) -> str:
         return ("chatcmpl-" if req.endpoint == "chat" else "cmpl-") + secrets.token_hex(16)
+
+    def tool_call_id(self) -> str:
+        return "call_" + secrets.token_hex(12)
 
     @abstractmethod
     def image_error(self, spec: EngineSpec) -> ApiError: ...
@@ -148,9 +156,15 @@ class Flavor(ABC):
 
     @abstractmethod
     def response(
-        self, plan: RequestPlan, content: str, reasoning: str | None, finish: str, usage: JSON
+        self,
+        plan: RequestPlan,
+        content: str,
+        reasoning: str | None,
+        finish: str,
+        usage: JSON,
+        tool: ToolDelta | None = None,
     ) -> JSON:
-        """The non-stream response body."""
+        """The non-stream response body; `tool` is the tool call the answer is instead of text."""
 
     def continuous_usage(self, req: ParsedRequest) -> bool:
         """Whether every stream chunk carries running usage (vLLM: only together with include_usage)."""
@@ -180,6 +194,12 @@ class Flavor(ABC):
     async def health_alias(self, _: web.Request) -> web.StreamResponse:
         """A handler for the flavor's other liveness paths, which answer exactly as /health does."""
         return self.health_ok()
+
+    def unknown_route(self, status: int) -> web.Response:
+        """A path the engine does not serve (404), or a method it does not take there (405): FastAPI's
+        answer, which vLLM and SGLang give."""
+        detail = "Method Not Allowed" if status == 405 else "Not Found"
+        return web.json_response({"detail": detail}, status=status)
 
     def loading_response(self) -> web.Response | None:
         """What every path answers while the model loads, or None when the engine does not listen yet."""

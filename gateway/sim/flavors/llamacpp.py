@@ -21,6 +21,7 @@ from gateway.sim.flavors.llamacpp_slots import BUILD, SlotLedger, ftype, server_
 from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
 from gateway.sim.flavors.shapes import chunk_object
 from gateway.sim.fleet import EngineSpec
+from gateway.sim.tools import ToolDelta
 
 _ERROR_TYPES = {
     "bad_request": "invalid_request_error",
@@ -28,6 +29,7 @@ _ERROR_TYPES = {
     "not_found": "not_found_error",
     "server": "server_error",
     "unavailable": "unavailable_error",
+    "not_supported": "not_supported_error",
 }
 _ID_CHARS = string.ascii_letters + string.digits
 
@@ -80,6 +82,9 @@ class LlamaCppFlavor(Flavor):
         # Completions too: the server names every OpenAI-compatible response "chatcmpl-…".
         return "chatcmpl-" + "".join(secrets.choice(_ID_CHARS) for _ in range(32))
 
+    def tool_call_id(self) -> str:
+        return "".join(secrets.choice(_ID_CHARS) for _ in range(32))
+
     def continuous_usage(self, req: ParsedRequest) -> bool:
         return False  # only include_usage is parsed
 
@@ -93,6 +98,10 @@ class LlamaCppFlavor(Flavor):
 
     def health_ok(self) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    def unknown_route(self, status: int) -> web.Response:
+        # cpp-httplib matches method and path together, so a wrong method is a 404 as well.
+        return web.json_response(self.error_body(ApiError(404, "File Not Found", "not_found")), status=404)
 
     def loading_response(self) -> web.Response | None:
         body = orjson.dumps({"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}})
@@ -141,12 +150,21 @@ class LlamaCppFlavor(Flavor):
         }
 
     def response(
-        self, plan: RequestPlan, content: str, reasoning: str | None, finish: str, usage: JSON
+        self,
+        plan: RequestPlan,
+        content: str,
+        reasoning: str | None,
+        finish: str,
+        usage: JSON,
+        tool: ToolDelta | None = None,
     ) -> JSON:
         if plan.request.endpoint == "chat":
-            message: JSON = {"role": "assistant", "content": content}
+            message: JSON = {"role": "assistant", "content": None if tool else content}
             if reasoning:
                 message["reasoning_content"] = reasoning
+            if tool:
+                function = {"name": tool.name, "arguments": tool.arguments}
+                message["tool_calls"] = [{"type": "function", "function": function, "id": tool.id}]
             choice: JSON = {"finish_reason": finish, "index": 0, "message": message}
             kind = "chat.completion"
         else:
@@ -264,6 +282,12 @@ def _delta(piece: Piece | None) -> JSON:
         return {}
     if piece.role:
         return {"role": "assistant", "content": None}
+    if piece.tool is not None:
+        tool = piece.tool
+        if tool.id is None:
+            return {"tool_calls": [{"index": 0, "function": {"arguments": tool.arguments}}]}
+        function = {"name": tool.name, "arguments": ""}
+        return {"tool_calls": [{"index": 0, "id": tool.id, "type": "function", "function": function}]}
     if piece.reasoning:
         return {"reasoning_content": piece.reasoning}
     return {"content": piece.content}

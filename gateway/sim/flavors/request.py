@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.sim.text import OutputText, Prompt, image_parts
+from gateway.sim.tools import ToolCall, function_tools
 
 Endpoint = Literal["chat", "completions"]
-ErrorKind = Literal["bad_request", "not_found", "context", "server", "unavailable"]
+ErrorKind = Literal["bad_request", "not_found", "context", "server", "unavailable", "not_supported"]
 
 
 class ApiError(Exception):
@@ -45,6 +46,8 @@ class ParsedRequest:
     seed: int | None
     ignore_eos: bool
     enable_thinking: bool
+    tools: tuple[Mapping[str, Any], ...] = ()  # function tools as chat {name, parameters}
+    tool_choice: Any = None
 
     @property
     def images(self) -> int:
@@ -72,6 +75,7 @@ class RequestPlan:
     completion_tokens: int  # tokens this request will produce if it runs to the end
     finish_reason: str  # "stop" (natural end) or "length" (max_tokens / context reached)
     reasoning_tokens: int  # leading output tokens that are reasoning, not content
+    tool_call: ToolCall | None = None  # the output is this call instead of text (gateway/sim/tools.py)
 
 
 def parse_request(endpoint: Endpoint, body: Any) -> ParsedRequest:
@@ -110,6 +114,8 @@ def parse_request(endpoint: Endpoint, body: Any) -> ParsedRequest:
         seed=_optional_int(body, "seed"),
         ignore_eos=bool(body.get("ignore_eos", False)),
         enable_thinking=not (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False),
+        tools=tuple(function_tools(body.get("tools"))) if endpoint == "chat" else (),
+        tool_choice=body.get("tool_choice"),
     )
 
 

@@ -14,6 +14,7 @@ from gateway.sim.flavors.exposition import Families, kv_usage
 from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
 from gateway.sim.flavors.shapes import EXCEPTION_ERROR_TYPES, envelope
 from gateway.sim.fleet import EngineSpec
+from gateway.sim.tools import ToolDelta
 
 # Speculative method names as SGLang's --speculative-algorithm spells them.
 _ALGORITHMS = {
@@ -64,6 +65,9 @@ class SglangFlavor(Flavor):
     def new_id(self, req: ParsedRequest) -> str:
         return secrets.token_hex(16)
 
+    def tool_call_id(self) -> str:
+        return "call_" + secrets.token_hex(12)
+
     def continuous_usage(self, req: ParsedRequest) -> bool:
         return req.continuous_usage
 
@@ -94,11 +98,12 @@ class SglangFlavor(Flavor):
     def chunk(self, plan: RequestPlan, piece: Piece | None, finish: str | None, usage: JSON | None) -> JSON:
         matched = _EOS_TOKEN_ID if finish == "stop" else None
         if plan.request.endpoint == "chat":
+            tool = piece.tool if piece else None
             delta = {
                 "role": "assistant" if piece and piece.role else None,
                 "content": "" if piece and piece.role else (piece.content if piece else None),
                 "reasoning_content": piece.reasoning if piece else None,
-                "tool_calls": None,
+                "tool_calls": [_tool_delta(tool)] if tool else None,
             }
             choice: JSON = {
                 "index": 0,
@@ -120,7 +125,13 @@ class SglangFlavor(Flavor):
         return envelope(plan, kind, [choice], usage)
 
     def response(
-        self, plan: RequestPlan, content: str, reasoning: str | None, finish: str, usage: JSON
+        self,
+        plan: RequestPlan,
+        content: str,
+        reasoning: str | None,
+        finish: str,
+        usage: JSON,
+        tool: ToolDelta | None = None,
     ) -> JSON:
         matched = _EOS_TOKEN_ID if finish == "stop" else None
         if plan.request.endpoint == "chat":
@@ -128,9 +139,9 @@ class SglangFlavor(Flavor):
                 "index": 0,
                 "message": {
                     "role": "assistant",
-                    "content": content,
+                    "content": None if tool else content,
                     "reasoning_content": reasoning,
-                    "tool_calls": None,
+                    "tool_calls": [_tool_call(tool)] if tool else None,
                 },
                 "logprobs": None,
                 "finish_reason": finish,
@@ -325,3 +336,16 @@ def _accept_length(engine: EngineView) -> float:
 def _gen_throughput(engine: EngineView) -> float:
     seconds = engine.observed.predicted_seconds_total
     return engine.stats.generation_tokens_total / seconds if seconds > 0 else 0.0
+
+
+def _tool_delta(tool: ToolDelta) -> JSON:
+    if tool.id is None:
+        function: JSON = {"name": None, "arguments": tool.arguments}
+    else:
+        function = {"name": tool.name, "arguments": ""}
+    return {"id": tool.id, "index": 0, "type": "function", "function": function}
+
+
+def _tool_call(tool: ToolDelta) -> JSON:
+    function = {"name": tool.name, "arguments": tool.arguments}
+    return {"id": tool.id, "index": 0, "type": "function", "function": function}

@@ -13,6 +13,7 @@ EXCEPTION_ERROR_TYPES: dict[ErrorKind, str] = {
     "not_found": "NotFoundError",
     "server": "InternalServerError",
     "unavailable": "ServiceUnavailableError",
+    "not_supported": "NotImplementedError",
 }
 
 

@@ -4,6 +4,7 @@ context, `reasoning` deltas, continuous usage only together with include_usage, 
 
 from __future__ import annotations
 
+import re
 import secrets
 
 from aiohttp import web
@@ -13,6 +14,13 @@ from gateway.sim.flavors.exposition import Families, kv_usage
 from gateway.sim.flavors.request import ApiError, ParsedRequest, RequestPlan
 from gateway.sim.flavors.shapes import EXCEPTION_ERROR_TYPES
 from gateway.sim.fleet import EngineSpec
+from gateway.sim.tools import ToolDelta
+
+VERSION = "0.33.0"
+# vLLM's fingerprint is its version and a short build hash; the twin's is fixed.
+SYSTEM_FINGERPRINT = f"vllm-{VERSION}-5117a1ee"
+# The twin's messages for a field of the wrong type (gateway/sim/flavors/request.py).
+_TYPE_ERROR = re.compile(r"^\w+ must be an? (integer|number)\.$")
 
 
 class VllmFlavor(Flavor):
@@ -23,7 +31,9 @@ class VllmFlavor(Flavor):
         if req.model is not None and req.model != spec.served_model_name:
             raise ApiError(404, f"The model `{req.model}` does not exist.", "not_found", param="model")
         if req.stream_options is not None and not req.stream:
-            raise ApiError(400, "Stream options can only be defined when `stream=True`.")
+            raise ApiError(
+                400, "Stream options can only be defined when `stream=True`.", param="stream_options"
+            )
         super().check_request(req, spec)
 
     def image_error(self, spec: EngineSpec) -> ApiError:
@@ -59,15 +69,19 @@ class VllmFlavor(Flavor):
         # 0.33 no longer rejects prompt + max_tokens > context: it clamps to what is left.
         return min(req.max_tokens or limit, limit - prompt_tokens)
 
+    def tool_call_id(self) -> str:
+        return "chatcmpl-tool-" + secrets.token_hex(16)
+
     def error_body(self, err: ApiError) -> JSON:
-        return {
-            "error": {
-                "message": err.message,
-                "type": EXCEPTION_ERROR_TYPES[err.kind],
-                "param": err.param,
-                "code": err.status,
-            }
-        }
+        kind, param = EXCEPTION_ERROR_TYPES[err.kind], err.param
+        if err.kind == "bad_request" and param and _TYPE_ERROR.match(err.message):
+            # A field of the wrong type fails pydantic validation: vLLM names the HTTP phrase and the
+            # field's path in the body (the message is pydantic's, not reproduced).
+            kind, param = "Bad Request", f"body.{param}"
+        return {"error": {"message": err.message, "type": kind, "param": param, "code": err.status}}
+
+    def usage_chunk(self, plan: RequestPlan, usage: JSON) -> JSON:
+        return {**super().usage_chunk(plan, usage), "system_fingerprint": SYSTEM_FINGERPRINT}
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> JSON:
         return {
@@ -93,16 +107,28 @@ class VllmFlavor(Flavor):
         choice["finish_reason"] = finish
         if finish is not None or not chat:
             choice["stop_reason"] = None
+        if not chat:
+            choice["prompt_token_ids"] = None
+        if not (piece is not None and piece.role):
+            choice["token_ids"] = None  # every chunk but the role chunk
         body["choices"] = [choice]
         if piece is not None and piece.role:
             body["prompt_token_ids"] = None
             body["prompt_text"] = None
         if usage is not None:
             body["usage"] = usage
+        if finish is not None and not plan.request.include_usage:
+            body["system_fingerprint"] = SYSTEM_FINGERPRINT  # else it rides on the usage chunk
         return body
 
     def response(
-        self, plan: RequestPlan, content: str, reasoning: str | None, finish: str, usage: JSON
+        self,
+        plan: RequestPlan,
+        content: str,
+        reasoning: str | None,
+        finish: str,
+        usage: JSON,
+        tool: ToolDelta | None = None,
     ) -> JSON:
         full_usage = {**usage, "prompt_tokens_details": None, "completion_tokens_details": None}
         if plan.request.endpoint == "completions":
@@ -121,23 +147,27 @@ class VllmFlavor(Flavor):
                         "token_ids": None,
                         "prompt_logprobs": None,
                         "prompt_token_ids": None,
+                        "routed_experts": None,
                     }
                 ],
                 "service_tier": None,
-                "system_fingerprint": None,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "usage": full_usage,
                 "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
             }
         message: JSON = {
             "role": "assistant",
-            "content": content,
+            "content": None if tool else content,
             "refusal": None,
             "annotations": None,
             "audio": None,
             "function_call": None,
-            "tool_calls": [],
             "reasoning": reasoning,
         }
+        if tool:  # the key is left out when there is no call
+            message["tool_calls"] = [_tool_call(tool)]
         return {
             "id": plan.request_id,
             "object": "chat.completion",
@@ -151,14 +181,18 @@ class VllmFlavor(Flavor):
                     "finish_reason": finish,
                     "stop_reason": None,
                     "token_ids": None,
+                    "routed_experts": None,
                 }
             ],
             "service_tier": None,
-            "system_fingerprint": None,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
             "usage": full_usage,
             "prompt_logprobs": None,
             "prompt_token_ids": None,
+            "prompt_text": None,
             "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
         }
 
     def models(self, engine: EngineView) -> JSON:
@@ -197,7 +231,7 @@ class VllmFlavor(Flavor):
 
     def extra_routes(self, engine: EngineView) -> list[tuple[str, str, Handler]]:
         async def version(_: web.Request) -> web.StreamResponse:
-            return web.json_response({"version": "0.33.0"})
+            return web.json_response({"version": VERSION})
 
         async def load(_: web.Request) -> web.StreamResponse:
             return web.json_response({"server_load": 0})
@@ -278,9 +312,21 @@ def _delta(piece: Piece | None) -> JSON:
         return {}
     if piece.role:
         return {"role": "assistant", "content": ""}
+    if piece.tool is not None:
+        return {"tool_calls": [_tool_delta(piece.tool)]}
     delta: JSON = {}
     if piece.reasoning:
         delta["reasoning"] = piece.reasoning
     if piece.content:
         delta["content"] = piece.content
     return delta
+
+
+def _tool_delta(tool: ToolDelta) -> JSON:
+    if tool.id is None:
+        return {"index": 0, "function": {"arguments": tool.arguments}}
+    return {"id": tool.id, "type": "function", "index": 0, "function": {"name": tool.name, "arguments": ""}}
+
+
+def _tool_call(tool: ToolDelta) -> JSON:
+    return {"id": tool.id, "type": "function", "function": {"name": tool.name, "arguments": tool.arguments}}
