@@ -4,6 +4,10 @@ one with n-gram speculative decoding, serving the real Gemma 3 270M GGUF on 127.
 Both servers live for the whole session and are always stopped at its end (SIGTERM, then SIGKILL).
 The suite is skipped only when the build tools are missing on a developer machine; under CI (``CI`` set)
 a missing tool is an error, because the suite must run there.
+
+The vLLM pair (``vllm_pair``: tests/real/vllm_prep.py, vllm_process.py) is skipped, with the reason, wherever
+vLLM cannot be prepared (no package index, too little memory, a failed install); once prepared, a server that
+does not start is a failure.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from gateway_harness import RunningGateway, pair_settings, serving, wait_until_r
 from gguf_model import ensure_gemma_gguf
 from llama_build import BuildToolsMissing, BuiltServer, ensure_llama_server
 from llama_process import LlamaServer
+from vllm_prep import PreparedVllm, VllmUnavailable, ensure_vllm
+from vllm_process import VllmPair, VllmStartError, running_vllm_pair
 
 
 @pytest.fixture(scope="session")
@@ -65,3 +71,24 @@ def pair_gateway(engine_pair: EnginePair, gateway_policy: Path) -> Iterator[Runn
     with serving(settings) as running:
         wait_until_ready(running)
         yield running
+
+
+@pytest.fixture(scope="session")
+def vllm_prepared(gemma_gguf: Path) -> PreparedVllm:
+    """The vLLM venv and converted model (tests/real/vllm_prep.py); a skip naming why when impossible here."""
+    try:
+        return ensure_vllm(gemma_gguf)
+    except VllmUnavailable as unavailable:
+        pytest.skip(f"real vLLM unavailable: {unavailable}")
+
+
+@pytest.fixture(scope="session")
+def vllm_pair(vllm_prepared: PreparedVllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmPair]:
+    """Two real vLLM servers for the session, plain and n-gram speculative. A prepared server that fails
+    to start is a failure, not a skip."""
+    log_dir = tmp_path_factory.mktemp("vllm-logs")
+    try:
+        with running_vllm_pair(vllm_prepared, log_dir) as pair:
+            yield pair
+    except VllmStartError as error:
+        pytest.fail(str(error))
