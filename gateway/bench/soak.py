@@ -9,7 +9,10 @@ later (a hung process holding its connections). `--malformed F` sends that share
 malformed ones of 20 kinds (gateway/bench/malformed.py) instead: each must get a 4xx with a JSON error.
 
 Loopback only. A twin fleet runs in this process; the gateway runs as a `spark-gateway serve` subprocess
-so its resident memory is measured cleanly (after a warm-up batch, and at the end). At most all but one
+so its resident memory is measured cleanly: after a warm-up batch, a third into the run and at the
+end; the growth reported is from a third in to the end (before that, buffers, connection pools and the
+bounded live windows are still filling). `--trace` runs it under tracemalloc and reports the traced
+bytes at the same points, and on stderr the allocation sites that grew. At most all but one
 engine are faulty at any time, so every request is servable, and each one ends as exactly one of:
 
 - completed: 200 and the stream ends with `data: [DONE]` and no error frame;
@@ -24,9 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -50,6 +56,9 @@ from gateway.sim.runner import TwinFleet
 MODEL = "soak-model"
 STATE_DIR_ENV = "SPARK_GATEWAY_STATE_DIR"  # would override the config's `state_dir: null`
 WATCHDOG_S = 60.0  # a request still open after this long is hung (gateway timeouts are far shorter)
+TRACE_DIR_ENV = "SPARK_GATEWAY_SOAK_TRACE_DIR"  # set: the gateway subprocess runs under tracemalloc
+TRACE_FRAMES = 8  # deep enough to see which structure a growing allocation belongs to
+WARM_SHARE = 1 / 3  # growth is measured from this far into the run to its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +68,14 @@ class SoakResult:
     errors: int
     hung: int
     lost: int
-    rss_start_mb: float
+    rss_start_mb: float  # after the warm-up batch
+    rss_warm_mb: float  # a third into the run: buffers and bounded windows have filled by then
     rss_end_mb: float
-    rss_growth_pct: float
+    rss_growth_pct: float  # end against rss_warm_mb: growth once warm
+    inflight_end: int  # requests the gateway still had in flight at the end sample (0 after settling)
+    traced_start_mb: float | None  # tracemalloc's traced bytes (--trace), beside RSS
+    traced_warm_mb: float | None
+    traced_end_mb: float | None
     malformed: int  # malformed requests sent
     malformed_wrong: int  # of those, answered other than a 4xx with a JSON error body
     streams: int
@@ -83,6 +97,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--signals", action="store_true", help="engines as processes: SIGKILL, SIGSTOP")
     parser.add_argument("--malformed", type=float, default=0.0, help="share of malformed requests")
     parser.add_argument("--json", action="store_true", help='print {"results": [...]}')
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="run the gateway under tracemalloc: traced bytes and the top growth sites (slower)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -97,8 +116,13 @@ def run(args: argparse.Namespace) -> int:
                 "hung",
                 "lost",
                 "rss_start_mb",
+                "rss_warm_mb",
                 "rss_end_mb",
                 "rss_growth_pct",
+                "inflight_end",
+                "traced_start_mb",
+                "traced_warm_mb",
+                "traced_end_mb",
             ),
             *("malformed", "malformed_wrong", "faults", "seconds", "kinds"),
         )
@@ -146,6 +170,71 @@ def _gateway_config(urls: dict[str, str], port: int) -> dict[str, Any]:
         "shutdown": {"drain_timeout_s": 5.0},
         "state_dir": None,  # a bench keeps no state: nothing read from or written to the user's cache
     }
+
+
+def traced_serve() -> None:
+    """`spark-gateway serve` under tracemalloc (the --trace gateway): each SIGUSR1 writes the traced
+    bytes and a snapshot to the trace directory, numbered in order."""
+    import tracemalloc
+
+    from gateway.cli import main
+
+    tracemalloc.start(TRACE_FRAMES)
+    out = Path(os.environ[TRACE_DIR_ENV])
+    numbers = itertools.count()
+
+    def dump(signum: int, frame: object) -> None:
+        n = next(numbers)
+        snapshot = tracemalloc.take_snapshot()
+        current, _ = tracemalloc.get_traced_memory()
+        snapshot.dump(str(out / f"snap-{n}.part"))
+        (out / f"traced-{n}").write_text(str(current))
+        (out / f"snap-{n}.part").rename(out / f"snap-{n}")  # last: the dump is complete
+
+    signal.signal(signal.SIGUSR1, dump)
+    raise SystemExit(main(sys.argv[1:]))
+
+
+async def _trace_dump(pid: int, out: Path, n: int) -> float:
+    """Ask the traced gateway for dump `n`; its traced MB once written."""
+    os.kill(pid, signal.SIGUSR1)
+    async with asyncio.timeout(120):
+        while not (out / f"snap-{n}").exists():
+            await asyncio.sleep(0.1)
+    return round(int((out / f"traced-{n}").read_text()) / 2**20, 1)
+
+
+def _print_growth(out: Path, top: int = 25) -> None:
+    """The allocation sites that grew most from the dump after the warm-up batch to the one at the end,
+    both with no request in flight: what the run left behind. To stderr (stdout stays JSON)."""
+    import tracemalloc
+
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    first = tracemalloc.Snapshot.load(str(out / "snap-0")).filter_traces(ignore)
+    last = tracemalloc.Snapshot.load(str(out / "snap-2")).filter_traces(ignore)
+    print("traced growth from after the warm-up batch to the end, by site:", file=sys.stderr)
+    for stat in last.compare_to(first, "traceback")[:top]:
+        frames = list(stat.traceback)[::-1]  # most recent first
+        where = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in frames[:5])
+        print(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  {where}", file=sys.stderr)
+
+
+async def _settle(session: aiohttp.ClientSession, url: str, timeout: float = 30.0) -> int:
+    """Until the gateway has no request in flight (a client that gave up may leave one running a while),
+    so the end sample is what the run left behind, not work still under way; at most `timeout` s.
+    The in-flight count last seen (-1: never read)."""
+    inflight = -1
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            while inflight != 0:
+                await asyncio.sleep(0.2)
+                try:
+                    async with session.get(url + "/gateway/backends") as response:
+                        document = await response.json()
+                    inflight = sum(b["inflight"] for b in document["backends"])
+                except (aiohttp.ClientError, ValueError, KeyError, TypeError):
+                    pass
+    return inflight
 
 
 def _rss_mb(pid: int) -> float:
@@ -358,10 +447,11 @@ async def _with_gateway(
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         config = Path(tmp) / "gateway.yaml"
         config.write_text(yaml.safe_dump(_gateway_config(urls, port)))
+        trace = Path(tmp) if args.trace else None
+        launcher = ["-c", "from gateway.bench.soak import traced_serve; traced_serve()"]
         command = [
             sys.executable,
-            "-m",
-            "gateway",
+            *(launcher if trace else ["-m", "gateway"]),
             "serve",
             "--config",
             str(config),
@@ -369,9 +459,12 @@ async def _with_gateway(
             "error",
         ]
         env = {k: v for k, v in os.environ.items() if k != STATE_DIR_ENV}  # nor from the shell's
-        process = subprocess.Popen(command, env={**env, "PYTHONUNBUFFERED": "1"})
+        env["PYTHONUNBUFFERED"] = "1"
+        if trace:
+            env[TRACE_DIR_ENV] = str(trace)
+        process = subprocess.Popen(command, env=env)
         try:
-            return await _drive(args, chaos, url, process, rng)
+            return await _drive(args, chaos, url, process, rng, trace)
         finally:
             process.terminate()
             try:
@@ -387,6 +480,7 @@ async def _drive(
     url: str,
     process: subprocess.Popen[bytes],
     rng: random.Random,
+    trace: Path | None,
 ) -> SoakResult:
     connector = aiohttp.TCPConnector(limit=args.streams)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -395,6 +489,7 @@ async def _drive(
         if Counter(outcome for outcome, _ in warm)["completed"] != len(warm):
             raise RuntimeError(f"warm-up requests failed before any fault: {Counter(warm)}")
         rss_start = _rss_mb(process.pid)
+        traced_start = await _trace_dump(process.pid, trace, 0) if trace else None
         host, port = url.removeprefix("http://").split(":")
         bad = malformed(MODEL, 1000, rng)
         chaos_task = asyncio.create_task(chaos.run())
@@ -419,14 +514,32 @@ async def _drive(
                 outcomes[outcome] += 1
                 kinds[f"{outcome}: {kind}"] += 1
 
+        def progress() -> float:
+            done = sum(outcomes[k] for k in ("completed", "errors", "hung", "lost", "malformed"))
+            elapsed = time.monotonic() - started
+            return max(done / int(args.requests), elapsed / float(args.max_seconds))
+
+        async def warm_sample() -> tuple[float, float | None]:
+            while progress() < WARM_SHARE:
+                await asyncio.sleep(0.1)
+            rss = _rss_mb(process.pid)
+            return rss, (await _trace_dump(process.pid, trace, 1) if trace else None)
+
+        warm_task = asyncio.create_task(warm_sample())
         try:
             await asyncio.gather(*(guarded() for _ in range(args.requests)))
+            rss_warm, traced_warm = await warm_task
         finally:
+            warm_task.cancel()
             chaos_task.cancel()
-            await asyncio.gather(chaos_task, return_exceptions=True)
+            await asyncio.gather(chaos_task, warm_task, return_exceptions=True)
             await chaos.stop()
         seconds = time.monotonic() - started
+        inflight_end = await _settle(session, url)
         rss_end = _rss_mb(process.pid)
+        traced_end = await _trace_dump(process.pid, trace, 2) if trace else None
+        if trace:
+            _print_growth(trace)
     served = ("completed", "errors", "hung", "lost")
     return SoakResult(
         requests=sum(outcomes[key] for key in served),
@@ -435,8 +548,13 @@ async def _drive(
         hung=outcomes["hung"],
         lost=outcomes["lost"],
         rss_start_mb=rss_start,
+        rss_warm_mb=rss_warm,
         rss_end_mb=rss_end,
-        rss_growth_pct=round((rss_end - rss_start) / rss_start * 100, 1) if rss_start else 0.0,
+        inflight_end=inflight_end,
+        rss_growth_pct=round((rss_end - rss_warm) / rss_warm * 100, 1) if rss_warm else 0.0,
+        traced_start_mb=traced_start,
+        traced_warm_mb=traced_warm,
+        traced_end_mb=traced_end,
         malformed=outcomes["malformed"],
         malformed_wrong=outcomes["malformed_wrong"],
         streams=args.streams,
