@@ -10,22 +10,27 @@ from typing import Any
 
 from gateway.backends.prober import Prober
 from gateway.backends.registry import Registry, Status
+from gateway.engines import labels
 from gateway.engines.docker_api import Container
 from gateway.engines.manager import EngineManager
 from gateway.settings import EngineConfig, Settings
 
 
 class FakeApi:
-    """Records what it is asked; its containers never answer, and nothing else touches them."""
+    """Records what it is asked; its containers never answer, and nothing else touches them. It lists the
+    containers it created, running or not, as the real API does: a listing that forgot them would tell the
+    manager its engine exited."""
 
     def __init__(self, url: str | None) -> None:
         self.calls: list[str] = []
         self.created: set[str] = set()
+        self.specs: dict[str, EngineConfig] = {}
+        self.running: set[str] = set()
         self.stopping = threading.Event()  # set while a stop is asked and not yet let through
         self.let_stop = threading.Event()
 
     def labelled(self) -> list[Container]:
-        return []
+        return [Container(i, i, i in self.running, labels.of_engine(spec)) for i, spec in self.specs.items()]
 
     def exists(self, container_id: str) -> bool:
         return container_id in self.created
@@ -33,14 +38,17 @@ class FakeApi:
     def create(self, engine: EngineConfig) -> str:
         self.calls.append(f"create {engine.name}")
         self.created.add(f"id-{engine.name}")
+        self.specs[f"id-{engine.name}"] = engine
         return f"id-{engine.name}"
 
     def stop(self, container_id: str, timeout_s: float) -> None:
         self.stopping.set()
         self.let_stop.wait(10)
+        self.running.discard(container_id)
         self.calls.append(f"stop {container_id}")
 
     def start(self, container_id: str) -> None:
+        self.running.add(container_id)
         self.calls.append(f"start {container_id}")
 
     def follow_events(self, on_event: Callable[[str, str], None], stop: threading.Event) -> None:
