@@ -13,6 +13,7 @@ of a stream but the partial frame at the end of a chunk.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +63,7 @@ def _with_length(headers: list[tuple[bytes, bytes]], size: int) -> list[tuple[by
     return [*kept, (b"content-length", str(size).encode())]
 
 
-class _WholeBody:
+class _WholeBody(ABC):
     """Holds a whole answer's head until its body is complete, then sends both, the body rewritten by
     `rewrite(status, body)` when `wants(status, content_type)`; a stream goes through untouched."""
 
@@ -73,11 +74,13 @@ class _WholeBody:
         self._rewrite = False
         self._streaming = False
 
+    @abstractmethod
     def wants(self, status: int, content_type: bytes) -> bool:
-        raise NotImplementedError
+        """Whether an answer with this status and content type is rewritten."""
 
+    @abstractmethod
     def rewrite(self, status: int, body: bytes) -> bytes:
-        raise NotImplementedError
+        """The body the client gets instead of `body`."""
 
     def stream_chunk(self, chunk: bytes, more: bool) -> bytes:
         return chunk
