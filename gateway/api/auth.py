@@ -1,7 +1,7 @@
 """API keys: a pure-ASGI middleware guarding the client API, the admin API and /metrics.
 
 Keys are configured as SHA-256 hashes (`spark-gateway hash-key` prints one), so the configuration file
-holds no secret; the `auth:` section (AuthConfig) is plain settings, in gateway/settings.py. A presented
+holds no secret; the `auth:` section (AuthConfig) is plain settings, in gateway/settings/auth.py. A presented
 key (`Authorization: Bearer <key>`, or `x-api-key: <key>` as Anthropic clients send it) is hashed and
 compared with every configured hash through hmac.compare_digest, without stopping at the first match, so
 the time taken says nothing about which key or how much of it matched. Keys are never logged nor

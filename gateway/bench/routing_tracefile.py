@@ -1,6 +1,6 @@
 """Trace files for `bench routing --trace FILE`: request classes and the phases that send them.
 
-YAML (or JSON, which YAML reads), validated here; every problem is reported as `file: location: message`:
+YAML (or JSON, which YAML reads), validated here; every problem is reported as `file:line: location: message`:
 
     name: mixed-content
     classes:
@@ -23,28 +23,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from gateway.bench.routing_trace import RequestClass, Stream, Trace
+from gateway.yaml_lines import YamlFileError, load_model
 
 REPETITIVE_SHARE = 0.8
 
 
-class TraceError(ValueError):
-    """An unusable trace file; one `file: location: message` line per problem."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = lines
+class TraceError(YamlFileError):
+    """An unusable trace file; one `file:line: location: message` line per problem."""
 
 
 class _Strict(BaseModel):
@@ -125,16 +120,5 @@ def _stream(s: StreamSpec) -> Stream:
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read and validate a trace file (TraceError names the file; an unreadable one raises OSError)."""
-    with open(path, encoding="utf-8") as handle:
-        try:
-            data = yaml.safe_load(handle)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-            raise TraceError([f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}"]) from exc
-    try:
-        return TraceSpec.model_validate(data).trace()
-    except ValidationError as exc:
-        problems = [(".".join(str(p) for p in e["loc"]) or "(root)", e["msg"]) for e in exc.errors()]
-        raise TraceError([f"{path}: {where}: {message}" for where, message in problems]) from exc
+    """Read and validate a trace file: TraceError names file and line (an unreadable one raises OSError)."""
+    return load_model(path, TraceSpec, TraceError).trace()

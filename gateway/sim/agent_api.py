@@ -158,17 +158,10 @@ async def _generate(
     run = engine.run(plan)
     if plan.request.stream:
         return await _stream(engine, plan, run, frames, request, on_done)
-    try:
-        async with contextlib.aclosing(run.steps_of()) as steps:
-            async for _ in steps:
-                pass
-    except asyncio.CancelledError:
-        run.finish("abort")
-        raise
-    run.finish(plan.finish_reason)
+    summary = await run.to_end()
     if on_done is not None:
-        on_done(plan, run.tokens)
-    return json_response(frames.whole(run.tokens))
+        on_done(plan, summary.completion_tokens)
+    return json_response(frames.whole(summary.completion_tokens))
 
 
 async def _stream(

@@ -252,6 +252,18 @@ class RequestRun:
                 self._record(produced)
                 yield produced
 
+    async def to_end(self) -> RunSummary:
+        """Every step, for a whole (non-stream) answer; the summary of the finished run. A request
+        cancelled meanwhile (its client gone) is recorded as aborted."""
+        try:
+            async with contextlib.aclosing(self.steps_of()) as steps:
+                async for _ in steps:
+                    pass
+        except asyncio.CancelledError:
+            self.finish("abort")
+            raise
+        return self.finish(self._plan.finish_reason)
+
     def _record(self, produced: int) -> None:
         now = self._engine.clock.now()
         obs = self._engine.observed

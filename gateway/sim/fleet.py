@@ -6,14 +6,13 @@ PerfSpec) and names the device it shares (`device:`, a key of the top-level `dev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.sim.perf import DeviceSpec, PerfSpec
+from gateway.yaml_lines import YamlFileError, load_model
 
 Flavor = Literal["vllm", "sglang", "llamacpp"]
 
@@ -104,25 +103,10 @@ class FleetSpec(BaseModel):
         )
 
 
-class FleetError(ValueError):
-    """A fleet file that cannot be used; `str()` gives one `file: location: message` line per problem."""
-
-    def __init__(self, lines: Sequence[str]) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = list(lines)
+class FleetError(YamlFileError):
+    """A fleet file that cannot be used; `str()` gives one `file:line: location: message` line per problem."""
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
-    """Read and validate a fleet file; FleetError names the file (an unreadable one raises OSError)."""
-    with open(path, encoding="utf-8") as handle:
-        try:
-            data = yaml.safe_load(handle)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-            raise FleetError([f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}"]) from exc
-    try:
-        return FleetSpec.model_validate(data)
-    except ValidationError as exc:
-        problems = [(".".join(str(p) for p in e["loc"]) or "(root)", e["msg"]) for e in exc.errors()]
-        raise FleetError([f"{path}: {location}: {message}" for location, message in problems]) from exc
+    """Read and validate a fleet file: FleetError names file and line (an unreadable one raises OSError)."""
+    return load_model(path, FleetSpec, FleetError)

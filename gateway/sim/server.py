@@ -115,14 +115,7 @@ async def _generate(engine: SimEngine, endpoint: Endpoint, request: web.Request)
 
 async def _complete(engine: SimEngine, plan: RequestPlan, run: RequestRun) -> web.StreamResponse:
     flavor = engine.flavor
-    try:
-        async with contextlib.aclosing(run.steps_of()) as steps:
-            async for _ in steps:
-                pass
-    except asyncio.CancelledError:
-        run.finish("abort")
-        raise
-    summary = run.finish(plan.finish_reason)
+    summary = await run.to_end()
     out = output_of(plan, run.tokens)
     usage = flavor.usage(plan.prompt.tokens, run.tokens)
     body = flavor.response(plan, out.content, out.reasoning, plan.finish_reason, usage, out.tool)

@@ -37,7 +37,7 @@ from gateway.routing.scorers import Assessment
 from gateway.settings import load_settings
 from gateway.sim.runner import TwinFleet
 from gateway.stats.live import LiveRecorder
-from tests.adaptive.test_twin_routing import split_fleet
+from tests.adaptive.split_fleet import split_fleet
 
 EPSILON = 0.2  # not the default (0.25): the policy's knob is the one in force
 REQUESTS = 40

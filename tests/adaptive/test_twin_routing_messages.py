@@ -1,7 +1,7 @@
 """Adaptive routing converges on a Messages-only trace as it does on chat (test_twin_routing.py): the same
-split fleet, the same wrong priors, the same assertion on where traffic ends up, every request a streamed
-POST /v1/messages with the Anthropic body. The twin engines serve Messages natively, so the gateway
-measures their Messages event streams: content deltas give TTFT and decode speed."""
+split fleet and wrong priors (split_fleet.py), the same assertion on where traffic ends up, every request
+a streamed POST /v1/messages with the Anthropic body. The twin engines serve Messages natively, so the
+gateway measures their Messages event streams: content deltas give TTFT and decode speed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.adaptive.test_twin_routing import LONG_OUTPUT, LONG_PROMPT, SHORT_PROMPT, split_fleet, write_policy
-from tests.e2e.e2e_harness import Stack, gateway_over_fleet, text_messages
+from tests.adaptive.split_fleet import assert_converged, run_interleaved
+from tests.e2e.e2e_harness import Stack, text_messages
 
 
 def _output_tokens(sse: str) -> int | None:
@@ -43,28 +43,6 @@ async def route(stack: Stack, prompt_tokens: int, max_tokens: int, seed: int) ->
 
 
 def test_the_router_converges_on_a_messages_only_trace(tmp_path: Path) -> None:
-    async def scenario() -> tuple[list[str], list[str], dict[str, Any], dict[str, int]]:
-        long_prompt: list[str] = []
-        long_output: list[str] = []
-        async with gateway_over_fleet(
-            split_fleet(), policy=write_policy(tmp_path), state_dir=tmp_path / "state"
-        ) as stack:
-            for i in range(40):  # the two profiles interleaved, one request at a time
-                backend, profile = await route(stack, LONG_PROMPT, 8, seed=i)
-                assert profile == "long-prompt"
-                long_prompt.append(backend)
-                backend, profile = await route(stack, SHORT_PROMPT, LONG_OUTPUT, seed=100 + i)
-                assert profile == "default"
-                long_output.append(backend)
-            stats = (await stack.http.get("/gateway/stats")).json()
-            upstream = stack.upstream_requests()
-        return long_prompt, long_output, stats, upstream
-
-    long_prompt, long_output, stats, upstream = asyncio.run(scenario())
-    assert sum(upstream.values()) == 80  # every request reached an engine once, as a Messages request
-    assert long_prompt[20:] == ["y"] * 20, long_prompt
-    assert long_output[20:] == ["x"] * 20, long_output
-    for loser, profile in (("x", "long-prompt"), ("y", "default")):
-        assert stats["backends"][loser][profile]["count"] >= 5  # measured, not assumed
-    ttft = {b: stats["backends"][b]["long-prompt"]["ttft_p50"] for b in ("x", "y")}
-    assert ttft["x"] > 2 * ttft["y"], ttft  # measured on the Messages streams' content events
+    run = asyncio.run(run_interleaved(tmp_path, route))
+    assert sum(run.upstream.values()) == 80  # every request reached an engine once, as a Messages request
+    assert_converged(run)  # TTFT measured on the Messages streams' content events

@@ -110,7 +110,7 @@ def test_the_cli_reports_a_bad_trace_as_one_line_and_exit_2(
     )
     assert code == 2
     err = capsys.readouterr().err
-    assert f"{path}: classes: Dictionary should have at least 1 item" in err
+    assert f"{path}:1: classes: Dictionary should have at least 1 item" in err
     assert "Traceback" not in err
 
 

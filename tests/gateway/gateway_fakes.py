@@ -1,10 +1,10 @@
 """Test helpers: a scriptable fake engine (aiohttp test server) and an in-process gateway, both on
-ephemeral ports of 127.0.0.1."""
+ephemeral ports of 127.0.0.1, and the client side of one ASGI exchange for the dispatcher alone."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,3 +166,17 @@ async def wait_until_ready(url: str, timeout: float = 10.0) -> None:
                 if response.status == 200:
                     return
             await asyncio.sleep(0.02)
+
+
+class AsgiClient:
+    """ASGI receive/send of a client that never disconnects and collects what is sent to it."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        self.sent.append(dict(message))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from gateway_fakes import settings_for
+from gateway_fakes import AsgiClient, settings_for
 
 from gateway.backends.inflight import InFlight
 from gateway.backends.registry import Registry, Status
@@ -97,18 +97,6 @@ def _job(ranked: tuple[str, ...], registry: Registry, request_id: str) -> Job:
     )
 
 
-class Client:
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    async def receive(self) -> MutableMapping[str, Any]:
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: MutableMapping[str, Any]) -> None:
-        self.sent.append(dict(message))
-
-
 async def test_registry_admission_and_dispatch_read_one_count() -> None:
     seen: list[tuple[int, int]] = []
     refs: list[tuple[Registry, Reliability]] = []
@@ -123,7 +111,7 @@ async def test_registry_admission_and_dispatch_read_one_count() -> None:
     slot = reliability.admission.try_acquire(["a"])  # another request holds a slot on a
     assert slot is not None
     assert registry.backends["a"].inflight == 1 and registry.snapshots(registry.pools[0])[0].inflight == 1
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_job(("a",), registry, "r1"), client.receive, client.send)
     assert seen == [(2, 2)]  # the held slot and this request, counted once each
     assert records[0].inflight_at_dispatch == 2
@@ -143,7 +131,7 @@ async def test_a_failover_attempt_counts_on_its_own_backend_and_the_first_is_giv
 
     dispatcher, registry, _, records = _reliable(handler)
     refs.append(registry)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_job(("a", "b"), registry, "r1"), client.receive, client.send)
     assert seen == [{"a": 1}, {"b": 1}]
     assert records[0].backend == "b" and registry.inflight.busy() == {}
@@ -160,7 +148,7 @@ async def test_two_backends_of_one_device_see_each_others_load_and_shared_time()
         return MockResponse(200, [b"{}"])
 
     dispatcher, registry, _, records = _reliable(handler)
-    first, second = Client(), Client()
+    first, second = AsgiClient(), AsgiClient()
     on_a = asyncio.create_task(dispatcher.run(_job(("a",), registry, "on-a"), first.receive, first.send))
     while registry.backends["a"].inflight == 0:
         await asyncio.sleep(0.005)

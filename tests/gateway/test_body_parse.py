@@ -4,6 +4,8 @@ yielding to the loop, under a byte budget."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import orjson
 import pytest
@@ -55,23 +57,32 @@ async def test_parsing_stops_at_the_first_item_past_a_count_limit() -> None:
     assert len(parsed.body["messages"]) == 101  # nothing parsed past the limit
 
 
-async def test_the_loop_runs_between_batches_of_items() -> None:
-    raw = orjson.dumps({"messages": [{"role": "user", "content": "x"}] * (BATCH * 20)})
-    ticks = 0
+@asynccontextmanager
+async def loop_turns() -> AsyncIterator[Callable[[], int]]:
+    """The turns the event loop made while the block ran: a task that yields and counts, forever."""
+    turns = 0
 
-    async def ticker() -> None:
-        nonlocal ticks
+    async def count() -> None:
+        nonlocal turns
         while True:
             await asyncio.sleep(0)
-            ticks += 1
+            turns += 1
 
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    before = ticks
-    parsed = await parse_in_steps(raw, {})
-    task.cancel()
+    task = asyncio.create_task(count())
+    await asyncio.sleep(0)  # the counter is running before the block starts
+    start = turns
+    try:
+        yield lambda: turns - start
+    finally:
+        task.cancel()
+
+
+async def test_the_loop_runs_between_batches_of_items() -> None:
+    raw = orjson.dumps({"messages": [{"role": "user", "content": "x"}] * (BATCH * 20)})
+    async with loop_turns() as turns:
+        parsed = await parse_in_steps(raw, {})
     assert len(parsed.body["messages"]) == BATCH * 20
-    assert ticks - before >= 20  # a turn of the loop at least every batch; orjson would give none
+    assert turns() >= 20  # a turn of the loop at least every batch; orjson would give none
 
 
 async def test_small_bodies_are_parsed_inline_big_ones_in_steps_to_the_same_result() -> None:
@@ -106,16 +117,7 @@ async def test_a_body_bigger_than_the_budget_takes_all_of_it_and_still_gets_thro
 async def test_dispose_empties_a_big_bodys_arrays_in_steps() -> None:
     parser = BodyParser(BodyLimits(), offload_bytes=10, budget_bytes=1 << 20)
     body = {"messages": [{"content": "x"}] * (BATCH * 3), "model": "m"}
-    turns = 0
-
-    async def ticker() -> None:
-        nonlocal turns
-        while True:
-            await asyncio.sleep(0)
-            turns += 1
-
-    task = asyncio.create_task(ticker())
-    await parser.dispose(body, 1000)
-    task.cancel()
+    async with loop_turns() as turns:
+        await parser.dispose(body, 1000)
     assert body["messages"] == [] and body["model"] == "m"
-    assert turns >= 2  # freed in batches, the loop running between them
+    assert turns() >= 2  # freed in batches, the loop running between them

@@ -66,7 +66,7 @@ def test_serve_and_sim_with_an_unusable_fleet_file(
     assert (status, lines) == (2, [f"spark-gateway: error: {missing}: No such file or directory"])
     fleet = _write(tmp_path / "bad.yaml", "name: f\nengines:\n  - name: a\n")
     status, lines = _run(["serve", "--fleet", fleet], capsys)
-    assert (status, lines) == (2, [f"{fleet}: engines.0.served_model_name: Field required"])
+    assert (status, lines) == (2, [f"{fleet}:3: engines.0.served_model_name: Field required"])
 
 
 def test_explain_with_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

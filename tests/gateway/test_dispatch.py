@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
-from gateway_fakes import FakeEngine, running_gateway, settings_for
+from gateway_fakes import AsgiClient, FakeEngine, running_gateway, settings_for
 
 from gateway.backends.registry import Registry, Status
 from gateway.backends.warmup import Warmups
@@ -182,26 +182,12 @@ def _job(registry: Registry, ranked: tuple[str, ...] = ("a", "b")) -> Job:
     return Job("r1", "chat", "/v1/chat/completions", pool, dict(CHAT), raw, 0.0, "default", ranked)
 
 
-class Client:
-    """ASGI receive/send that never disconnects and collects what is sent."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    async def receive(self) -> MutableMapping[str, Any]:
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: MutableMapping[str, Any]) -> None:
-        self.sent.append(dict(message))
-
-
 async def test_timeouts_on_every_candidate_end_in_504_naming_each_failure() -> None:
     async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
         raise UpstreamTimeout(f"{url} too slow")
 
     dispatcher, registry, records = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_job(registry), client.receive, client.send)
     assert client.sent[0]["status"] == 504
     assert [b for b, _ in records[0].failures] == ["a", "b"]
@@ -216,7 +202,7 @@ async def test_retries_are_bounded_by_max_attempts() -> None:
         raise UpstreamConnectError("refused")
 
     dispatcher, registry, _ = _dispatcher(handler, ("a", "b", "c"))
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_job(registry, ("a", "b", "c")), client.receive, client.send)
     assert len(calls) == 2 and client.sent[0]["status"] == 502
 
@@ -227,7 +213,7 @@ async def test_last_5xx_is_passed_through_when_every_candidate_fails() -> None:
         return MockResponse(503, [b'{"error":{"message":"engine dead"}}'])
 
     dispatcher, registry, _ = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_job(registry), client.receive, client.send)
     assert client.sent[0]["status"] == 503
     assert client.sent[1]["body"] == b'{"error":{"message":"engine dead"}}'
@@ -243,7 +229,7 @@ async def test_inflight_is_counted_from_dispatch_until_the_answer_is_sent() -> N
 
     dispatcher, registry, records = _dispatcher(handler)
     dispatcher_ref.append(registry)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_job(registry), client.receive, client.send)
     assert seen == [1] and registry.backends["a"].inflight == 0
     assert records[0].inflight_at_dispatch == 1 and records[0].output_tokens == 2
@@ -289,7 +275,7 @@ def _arriving_now(registry: Registry) -> Job:
     )
 
 
-def _headers(client: Client) -> dict[str, str]:
+def _headers(client: AsgiClient) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in client.sent[0]["headers"]}
 
 
@@ -300,7 +286,7 @@ async def test_the_overhead_header_excludes_the_queue_wait_that_the_queue_header
 
     dispatcher, registry, records = _admitted(handler, {"timeout_s": 5.0}, max_concurrency=1)
     registry.set_status("a", Status.READY)
-    first, second = Client(), Client()
+    first, second = AsgiClient(), AsgiClient()
     await asyncio.gather(
         dispatcher.run(_arriving_now(registry), first.receive, first.send),
         dispatcher.run(_arriving_now(registry), second.receive, second.send),
@@ -320,7 +306,7 @@ async def test_a_wait_for_warming_backends_ends_in_503_backends_warming_with_the
     queue = {"timeout_s": 5.0, "warming_wait_s": 0.2}
     dispatcher, registry, records = _admitted(handler, queue, warmup_s=1020.0)
     registry.set_status("a", Status.STARTING)
-    client = Client()
+    client = AsgiClient()
     started = time.perf_counter()
     await dispatcher.run(_arriving_now(registry), client.receive, client.send)
     waited = time.perf_counter() - started
@@ -344,7 +330,7 @@ async def test_a_ready_but_full_pool_still_times_out_as_a_lack_of_room() -> None
         handler, {"timeout_s": 0.2, "warming_wait_s": 30.0}, max_concurrency=1
     )
     registry.set_status("a", Status.READY)
-    holder, waiter = Client(), Client()
+    holder, waiter = AsgiClient(), AsgiClient()
     held = asyncio.create_task(dispatcher.run(_arriving_now(registry), holder.receive, holder.send))
     await asyncio.sleep(0.05)
     await dispatcher.run(_arriving_now(registry), waiter.receive, waiter.send)
@@ -370,7 +356,7 @@ async def test_on_dispatch_is_called_once_with_the_first_backend_even_when_it_fa
     plan = ExplorationPlan("default", accrued=0.5, backend="a")
     job = _job(registry)
     job.exploration = plan
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(job, client.receive, client.send)
     assert client.sent[0]["status"] == 200 and records[0].backend == "b"
     assert calls == [("r1", "a", plan)]
@@ -387,7 +373,7 @@ async def test_a_failing_on_dispatch_listener_does_not_break_the_request() -> No
     dispatcher, registry, records = _dispatcher(
         handler, on_dispatch=[broken, lambda job, backend: calls.append(backend)]
     )
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_job(registry), client.receive, client.send)
     assert client.sent[0]["status"] == 200 and records[0].status == 200
     assert calls == ["a"]
@@ -401,7 +387,7 @@ async def test_on_dispatch_is_not_called_for_a_request_refused_before_any_attemp
     calls: list[str] = []
     dispatcher.on_dispatch.append(lambda job, backend: calls.append(backend))
     registry.set_status("a", Status.STARTING)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_arriving_now(registry), client.receive, client.send)
     assert client.sent[0]["status"] == 503
     assert calls == []
@@ -464,11 +450,11 @@ def _stream_job(registry: Registry) -> Job:
     )
 
 
-def _starts(client: Client) -> list[dict[str, Any]]:
+def _starts(client: AsgiClient) -> list[dict[str, Any]]:
     return [m for m in client.sent if m["type"] == "http.response.start"]
 
 
-def _body(client: Client) -> bytes:
+def _body(client: AsgiClient) -> bytes:
     return b"".join(m.get("body", b"") for m in client.sent if m["type"] == "http.response.body")
 
 
@@ -489,7 +475,7 @@ async def test_a_backend_dying_after_its_role_frame_is_failed_over_to_one_clean_
         {"a": Scripted([ROLE], UpstreamBroken("the backend's response broke off")), "b": Scripted(whole)}
     )
     dispatcher, registry, records = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
     starts = _starts(client)
     assert len(starts) == 1 and starts[0]["status"] == 200
@@ -508,7 +494,7 @@ async def test_a_stream_ending_before_any_content_is_failed_over() -> None:
     comment = b": keep-alive\n\n"
     handler, calls = _by_backend({"a": Scripted([ROLE, comment]), "b": Scripted([ROLE, content("x"), DONE])})
     dispatcher, registry, records = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
     assert dict(_starts(client)[0]["headers"])[b"x-gateway-backend"] == b"b"
     assert _body(client) == ROLE + content("x") + DONE and comment not in _body(client)
@@ -519,7 +505,7 @@ async def test_a_first_token_timeout_after_the_role_frame_fails_over_then_ends_i
     timeout = UpstreamTimeout("no first token from the backend within the first-token timeout")
     handler, calls = _by_backend({"a": Scripted([ROLE], timeout), "b": Scripted([ROLE], timeout)})
     dispatcher, registry, records = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
     assert calls == ["a", "b"]
     assert [m["status"] for m in _starts(client)] == [504]  # one clean answer: no 200 was ever sent
@@ -533,7 +519,7 @@ async def test_an_error_frame_blaming_the_engine_before_content_is_failed_over()
         {"a": Scripted([ROLE, dead, DONE]), "b": Scripted([ROLE, content("x"), DONE])}
     )
     dispatcher, registry, records = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
     assert calls == ["a", "b"] and _body(client) == ROLE + content("x") + DONE
     assert records[0].error is None and "EngineCore died" in records[0].failures[0][1]
@@ -545,7 +531,7 @@ async def test_an_error_frame_blaming_the_request_is_passed_through_without_fail
         {"a": Scripted([ROLE, bad, DONE]), "b": Scripted([ROLE, content("x"), DONE])}
     )
     dispatcher, registry, records = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
     assert calls == ["a"] and _body(client) == ROLE + bad + DONE
     assert records[0].error == "invalid tool schema"
@@ -557,7 +543,7 @@ async def test_after_content_a_break_ends_the_stream_with_an_error_frame_and_don
         {"a": Scripted([ROLE, content("Hel")], broken), "b": Scripted([ROLE, content("x"), DONE])}
     )
     dispatcher, registry, records = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
     assert calls == ["a"]  # content was sent: it cannot be replayed elsewhere
     assert dict(_starts(client)[0]["headers"])[b"x-gateway-backend"] == b"a"
@@ -573,7 +559,7 @@ async def test_what_is_held_before_content_is_bounded_in_bytes() -> None:
     broken = UpstreamBroken("the backend's response broke off")
     handler, calls = _by_backend({"a": Scripted([ROLE, *comments], broken), "b": Scripted([ROLE, DONE])})
     dispatcher, registry, _ = _dispatcher(handler)
-    client = Client()
+    client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
     # Past the bound the stream was forwarded as it came: committed to a, so its break is an error frame.
     assert calls == ["a"] and _starts(client)[0]["status"] == 200
@@ -592,7 +578,7 @@ async def test_end_all_ends_a_stream_under_way_with_an_error_frame_and_done(
 ) -> None:
     handler, _ = _by_backend({"a": Scripted([ROLE, content("Hel")], hang=True)})
     dispatcher, registry, records = _dispatcher(handler, ("a",))
-    client = Client()
+    client = AsgiClient()
     job = _stream_job(registry)
     job.ranked = ("a",)
     run = asyncio.create_task(dispatcher.run(job, client.receive, client.send))
@@ -617,7 +603,7 @@ async def test_end_all_ends_a_stream_under_way_with_an_error_frame_and_done(
 async def test_end_all_answers_503_to_a_request_with_nothing_sent_yet() -> None:
     handler, _ = _by_backend({"a": Scripted([ROLE], hang=True)})  # held: no content yet
     dispatcher, registry, records = _dispatcher(handler, ("a",))
-    client = Client()
+    client = AsgiClient()
     job = _stream_job(registry)
     job.ranked = ("a",)
     run = asyncio.create_task(dispatcher.run(job, client.receive, client.send))

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
-from gateway_fakes import FakeEngine, running_gateway, settings_for
+from gateway_fakes import AsgiClient, FakeEngine, running_gateway, settings_for
 
 from gateway.api.request_checks import MAX_DEPTH, MAX_MESSAGES, MAX_PARTS, MAX_TOOLS, check_body
 from gateway.app import Gateway
@@ -299,19 +299,11 @@ async def test_an_unencodable_body_is_400_without_touching_a_breaker() -> None:
         "default",
         ("a", "b"),
     )
-    sent_to_client: list[MutableMapping[str, Any]] = []
-
-    async def receive() -> MutableMapping[str, Any]:
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    async def send(message: MutableMapping[str, Any]) -> None:
-        sent_to_client.append(message)
-
-    record = await dispatcher.run(job, receive, send)
+    client = AsgiClient()
+    record = await dispatcher.run(job, client.receive, client.send)
     assert sent == []
-    assert sent_to_client[0]["status"] == 400
-    assert orjson.loads(sent_to_client[1]["body"])["error"]["type"] == "invalid_request_error"
+    assert client.sent[0]["status"] == 400
+    assert orjson.loads(client.sent[1]["body"])["error"]["type"] == "invalid_request_error"
     assert record.status == 400 and record.attempts == 1 and record.failures == []
     for state in reliability.breakers.snapshot().values():
         assert state.window_failures == 0 and state.state == "closed"

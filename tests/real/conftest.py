@@ -7,7 +7,8 @@ a missing tool is an error, because the suite must run there.
 
 The vLLM pair (``vllm_pair``: tests/real/vllm_prep.py, vllm_process.py) is skipped, with the reason, wherever
 vLLM cannot be prepared (no package index, too little memory, a failed install); once prepared, a server that
-does not start is a failure.
+does not start is a failure. ``vllm_gateway`` serves the gateway in front of it, one per test module, with
+that module's ``vllm_policy`` (a module overrides the fixture to route its own way).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gateway_harness import RunningGateway, pair_settings, serving, wait_until_r
 from gguf_model import ensure_gemma_gguf
 from llama_build import BuildToolsMissing, BuiltServer, ensure_llama_server
 from llama_process import LlamaServer
+from vllm_gateway import vllm_pair_settings
 from vllm_prep import PreparedVllm, VllmUnavailable, ensure_vllm
 from vllm_process import VllmPair, VllmStartError, running_vllm_pair
 
@@ -92,3 +94,19 @@ def vllm_pair(vllm_prepared: PreparedVllm, tmp_path_factory: pytest.TempPathFact
             yield pair
     except VllmStartError as error:
         pytest.fail(str(error))
+
+
+@pytest.fixture(scope="module")
+def vllm_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The policy of `vllm_gateway`: the minimal one, unless the test module overrides this fixture."""
+    return write_policy(tmp_path_factory.mktemp("vllm-gateway-policy"))
+
+
+@pytest.fixture(scope="module")
+def vllm_gateway(vllm_pair: VllmPair, vllm_policy: Path) -> Iterator[RunningGateway]:
+    """The gateway in front of the real vLLM pair (tests/real/vllm_gateway.py), per module: each module's
+    gateway starts with its own policy and no samples."""
+    settings = vllm_pair_settings(vllm_pair.plain.base_url, vllm_pair.speculative.base_url, vllm_policy)
+    with serving(settings) as running:
+        wait_until_ready(running)
+        yield running

@@ -18,12 +18,8 @@ from gateway_harness import (
     SPEC_POOL,
     RunningGateway,
     get_json,
-    serving,
-    wait_until_ready,
-    write_policy,
 )
 from real_prompts import REPETITIVE_PROMPTS
-from vllm_gateway import vllm_pair_settings
 from vllm_process import SERVED_NAME, VllmPair
 
 pytestmark = pytest.mark.real
@@ -33,16 +29,6 @@ MESSAGES: Any = [{"role": "user", "content": "Name one colour of the sky."}]
 STATS_TIMEOUT_S = 15.0
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
                  "vllm:spec_decode_num_accepted_tokens_total")  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def vllm_gateway(vllm_pair: VllmPair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
-    policy = write_policy(tmp_path_factory.mktemp("vllm-gateway-policy"))
-    with serving(
-        vllm_pair_settings(vllm_pair.plain.base_url, vllm_pair.speculative.base_url, policy)
-    ) as running:
-        wait_until_ready(running)
-        yield running
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import http.client
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +24,7 @@ from gateway_harness import (
     SPEC_POOL,
     RunningGateway,
     get_json,
-    serving,
-    wait_until_ready,
 )
-from vllm_gateway import vllm_pair_settings
-from vllm_process import VllmPair
 
 pytestmark = pytest.mark.real
 
@@ -114,24 +109,19 @@ def send(port: int, model: str, prompt: str) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def adaptive_gateway(
-    vllm_pair: VllmPair, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningGateway]:
+def vllm_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The conftest's `vllm_gateway` serves this module with POLICY."""
     policy = Path(tmp_path_factory.mktemp("vllm-adaptive")) / "policy.yaml"
     policy.write_text(POLICY)
-    with serving(
-        vllm_pair_settings(vllm_pair.plain.base_url, vllm_pair.speculative.base_url, policy)
-    ) as running:
-        wait_until_ready(running)
-        yield running
+    return policy
 
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def test_adaptive_routing_learns_the_real_pair(adaptive_gateway: RunningGateway) -> None:
-    port, items = adaptive_gateway.port, trace()
+def test_adaptive_routing_learns_the_real_pair(vllm_gateway: RunningGateway) -> None:
+    port, items = vllm_gateway.port, trace()
     adaptive = [(cls, send(port, POOL, prompt)) for _ in range(2) for cls, prompt in items]
     stats = get_json(port, "/gateway/stats")["backends"]
     pinned = {
@@ -162,5 +152,5 @@ def test_adaptive_routing_learns_the_real_pair(adaptive_gateway: RunningGateway)
     # the machine's to say (two engines on two shared cores: speeds swing by 2-3x), so it is printed,
     # not asserted.
     for cls in (REPEAT, NOVEL):
-        counts = [stats.get(b, {}).get(profile_of[cls], {}).get("count", 0) for b in (PLAIN, SPEC)]
-        assert min(counts) >= 3, (cls, counts)
+        sampled = [stats.get(b, {}).get(profile_of[cls], {}).get("count", 0) for b in (PLAIN, SPEC)]
+        assert min(sampled) >= 3, (cls, sampled)

@@ -1,0 +1,48 @@
+"""How the gateway judges a backend's health: active probes, the circuit breaker, stall detection."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gateway.settings.strict import Strict
+
+
+class ProbeConfig(Strict):
+    interval_s: float = Field(default=5.0, gt=0)
+    starting_interval_s: float = Field(default=2.0, gt=0)
+    timeout_s: float = Field(default=5.0, gt=0)
+    # Engines compile CUDA graphs for 5-8 minutes and refuse connections meanwhile: that is "starting".
+    startup_grace_s: float = Field(default=600.0, ge=0)
+    # Passive health: a probe timeout is no proof of death for a backend that answered a request this
+    # recently, and a serving backend is called dead only after this many probe timeouts in a row.
+    passive_window_s: float = Field(default=15.0, ge=0)
+    timeouts_to_dead: int = Field(default=3, ge=1)
+
+
+class BreakerSettings(Strict):
+    """Circuit breaker per backend (docs/reliability.md): only transport errors, timeouts and 5xx count."""
+
+    failure_threshold: int = Field(default=5, ge=1, description="consecutive failures that open it")
+    window_s: float = Field(default=30.0, gt=0)
+    min_window_requests: int = Field(default=20, ge=1)
+    failure_rate: float = Field(default=0.5, gt=0, le=1, description="failure share that opens it")
+    cooldown_s: float = Field(default=5.0, gt=0)
+    max_cooldown_s: float = Field(default=120.0, gt=0)
+    half_open_probes: int = Field(default=1, ge=1)
+
+
+class StallSettings(Strict):
+    """Hang detection from what the gateway measures (docs/reliability.md, Stalled backends): a backend
+    whose in-flight streams produce no byte for far longer than it usually takes is stalled; new requests
+    avoid it and the requests waiting there for their first content fail over."""
+
+    enabled: bool = True
+    # The floor of the silence allowed, whatever the backend measured so far (a few seconds).
+    min_silence_s: float = Field(default=3.0, gt=0)
+    # The silence allowed is this multiple of the backend's recent p95 first-token and inter-token times.
+    multiple: float = Field(default=4.0, ge=1)
+    # The prompts waiting for their first content, N tokens in all (estimated at 4 bytes of body per
+    # token), add N / this many seconds: prefill is silence too. Below a GB10's rate for a 27B model
+    # (~6,000 tok/s), so a slower device or a bigger model is not taken for a hung one.
+    prefill_tokens_per_s: float = Field(default=2000.0, gt=0)
+    check_interval_s: float = Field(default=0.25, gt=0, description="how often in-flight work is checked")
