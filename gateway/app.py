@@ -122,7 +122,10 @@ def build_gateway(
     if measurement.scraper is not None:
         registry.engine_waiting = engine_queue(measurement.scraper)
     metrics.registry.register(ReliabilityCollector(reliability))
-    prober = Prober(registry, settings.probe, transport.get)
+    # Probes and scrapes tell the hang watch when an engine stops answering its control plane.
+    prober = Prober(registry, settings.probe, transport.get, listener=reliability.stall)
+    if measurement.scraper is not None:
+        measurement.scraper.listener = reliability.stall
     engines = engine_manager(settings, registry, prober, reliability, metrics)
     if engines is not None:
         running.append(engines)
@@ -134,7 +137,9 @@ def build_gateway(
         [metrics.observe, measurement.observe, *observers, *learn],
         reliability=reliability,
         on_dispatch=booking,
+        first_content_s=first_content_s(settings),
     )
+    dispatcher.accounting.track(measurement.progress)  # the router sees requests before they finish
     return Gateway(
         settings=settings,
         registry=registry,
@@ -154,14 +159,23 @@ def build_gateway(
     )
 
 
+def first_content_s(settings: Settings) -> float:
+    """A request's whole time for its first content, from arrival: its longest wait for a backend (the
+    queue deadline, or the warming wait when longer) and then the first-token timeout. Failovers and
+    comeback waits share it, so no request waits several first-token timeouts end to end."""
+    queue = settings.queue
+    return max(queue.timeout_s, queue.warming_wait_s or 0.0) + settings.timeouts.first_byte_s
+
+
 def adaptive_scorer(measurement: Measurement, backends: Sequence[BackendConfig]) -> AdaptiveScorer:
-    """The policy router's objective scorer, handed what it reads: the live windows, each engine's latest
-    report (when scraped) and which backends share a device."""
+    """The policy router's objective scorer, handed what it reads: the live windows, the requests in flight
+    as far as each has gone, each engine's latest report (when scraped) and which backends share a device."""
     scraper = measurement.scraper
     return AdaptiveScorer(
         measurement.recorder,
         hints=scraper.hint if scraper is not None else None,
         devices={b.name: b.device for b in backends if b.device is not None},
+        progress=measurement.progress.view,
     )
 
 

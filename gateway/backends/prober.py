@@ -15,6 +15,8 @@ Probes never generate tokens on vLLM and llama.cpp (/health is free there). SGLa
 Every probe is one GET through the injected `fetch` (gateway/backends/fetch.py), bounded by
 `ProbeConfig.timeout_s`; the app builds it from the upstream transport's control-plane GET, which has a
 small connection pool of its own, so probes never queue behind client traffic.
+Each probe's answer, or its timeout, is also reported to the `listener` (backends/control_plane.py: the
+hang watch), which weighs a silent control plane against the requests in flight.
 Each backend's loop is a `BackgroundTask` (gateway/tasks.py): a probe that fails in an unexpected way (a
 transport or flavor error, not an answer) is logged once per distinct error and counts as a probe nobody
 answered, so the backend's status follows (a serving backend is dead, not frozen at ready), and the loop
@@ -30,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from gateway.backends.control_plane import ControlPlaneListener
 from gateway.backends.fetch import Fetch
 from gateway.backends.flavors import FLAVORS, Capabilities, Verdict
 from gateway.backends.registry import BackendState, Registry, Status
@@ -40,10 +43,17 @@ log = logging.getLogger("gateway.prober")
 
 
 class Prober:
-    def __init__(self, registry: Registry, config: ProbeConfig, fetch: Fetch) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        config: ProbeConfig,
+        fetch: Fetch,
+        listener: ControlPlaneListener | None = None,
+    ) -> None:
         self.registry = registry
         self.config = config
         self._fetch = fetch
+        self.listener = listener  # told of every probe answered or timed out
         self._tasks: list[BackgroundTask] = []
         self._timeouts: dict[str, int] = {}  # probe timeouts in a row per backend
 
@@ -98,9 +108,13 @@ class Prober:
         except TimeoutError:
             self._timeouts[name] = in_a_row + 1
             new, detail = self._timed_out(state, in_a_row + 1), "probe timed out"
+            if self.listener is not None:
+                self.listener.control_unanswered(name, self.config.timeout_s)
         except OSError as exc:
             new, detail = self._unreachable(state), f"no answer: {type(exc).__name__}"
         else:
+            if self.listener is not None:
+                self.listener.control_answered(name)
             verdict = flavor.judge(status, body, state.ever_ready)
             new, detail = self._judged(state, verdict), f"{flavor.health_path} -> {status}"
             if verdict is Verdict.READY:  # it produces bytes again: a stalled backend is back at once

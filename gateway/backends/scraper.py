@@ -9,6 +9,11 @@ gateway's own measurements (docs/measurement.md). A backend's failures are logge
 its recovery once); the loop itself is a `BackgroundTask` (gateway/tasks.py), so even a round that fails
 as a whole is logged, leaves every backend's data to age, and the next round runs. URLs are logged without
 their credentials.
+
+Each answer (any status) and each timeout is also reported to `listener` (backends/control_plane.py: the
+hang watch), except a llama.cpp scrape's timeout: its /metrics waits for the engine's loop (one batch
+step, seconds on a slow device during a long prefill), so only its /health, answered beside that loop,
+speaks for it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from gateway.backends.control_plane import ControlPlaneListener
 from gateway.backends.engine_metrics import (
     EngineMetrics,
     Flavor,
@@ -34,6 +40,10 @@ from gateway.tasks import BackgroundTask, FailureLog, describe
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+
+# Engines whose /metrics is answered beside the engine's loop, not by it: a scrape that times out there
+# says the server itself is not answering (vLLM's API server, SGLang's tokenizer process).
+_METRICS_BESIDE_THE_LOOP: frozenset[Flavor] = frozenset({"vllm", "sglang"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +89,7 @@ class MetricsScraper:
         self._targets: dict[str, ScrapeTarget] = {}
         self._latest: dict[str, ScrapeResult] = {}
         self._failures: dict[str, FailureLog] = {}  # per backend: its current failure, logged once
+        self.listener: ControlPlaneListener | None = None  # told of every scrape answered or timed out
         self._task = BackgroundTask(
             self._round, name="engine-metrics-scraper", on_error=self._round_failed, logger=log
         )
@@ -144,6 +155,8 @@ class MetricsScraper:
         try:
             # Bounded here too, so a fetch that overruns its own timeout cannot stretch a round.
             status, body = await asyncio.wait_for(self._fetch(target.url, {}, self.timeout_s), self.timeout_s)
+            if self.listener is not None:
+                self.listener.control_answered(target.backend)
             if status != 200:
                 self._fail(target, f"HTTP {status}")
                 return
@@ -162,6 +175,8 @@ class MetricsScraper:
             raise
         except TimeoutError:
             self._fail(target, f"timed out after {self.timeout_s:.2f}s")
+            if self.listener is not None and target.flavor in _METRICS_BESIDE_THE_LOOP:
+                self.listener.control_unanswered(target.backend, self.timeout_s)
             return
         except Exception as exc:  # any failure of one backend stays that backend's problem
             self._fail(target, describe(exc))

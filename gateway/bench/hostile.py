@@ -9,9 +9,13 @@ Loopback only. Twin engines run in this process; the gateway runs as a `spark-ga
   `max_messages` the body is refused; `--limit max_messages=2000000` measures the parse of all of it.
   `--limit parse_offload_bytes=1073741824` parses every body inline with orjson, as the gateway did
   before api/body_parse.py.
-- `mix`: `--legit` legitimate requests at `--rate` per second, alone and with `--bad` malformed ones of
-  20 kinds (gateway/bench/malformed.py) interleaved, in alternating rounds. Prints each run's p50 and p99
-  latency of the legitimate requests, and per mode the median and spread over the rounds.
+- `mix`: `--legit` legitimate requests at `--rate` per second, alone ("clean") and with `--bad` malformed
+  ones of 20 kinds (gateway/bench/malformed.py) interleaved ("mixed"), in `--rounds` rounds of one run
+  each, the order swapped every round. Prints each run's p50 and p99 latency of the legitimate requests,
+  the gateway's CPU time per legitimate request and the machine's load when the run began; per mode the
+  median and spread (min-max) over the rounds; and mixed against clean, the ratio of the medians beside
+  each round's own ratio. `loaded` says a run began with more runnable work than cores: its figures
+  measured the other jobs too.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ import os
 import random
 import statistics
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -38,8 +40,8 @@ import aiohttp
 import orjson
 import yaml
 
+from gateway.bench.gateway_proc import gateway_process, rss_mb
 from gateway.bench.malformed import malformed, send_raw
-from gateway.bench.soak import STATE_DIR_ENV, _free_port, _rss_mb, wait_ready
 from gateway.sim.fleet import EngineSpec, FleetSpec
 from gateway.sim.perf import DeviceSpec
 from gateway.sim.runner import TwinFleet
@@ -59,7 +61,7 @@ def register(subparsers: Any) -> None:
     mix.add_argument("--legit", type=int, default=1000)
     mix.add_argument("--bad", type=int, default=100)
     mix.add_argument("--rate", type=float, default=40.0, help="legitimate requests per second")
-    mix.add_argument("--rounds", type=int, default=3, help="rounds of each mode, alternating")
+    mix.add_argument("--rounds", type=int, default=4, help="rounds of one clean and one mixed run")
     for sub in (stall, mix):
         sub.add_argument("--limit", action="append", default=[], metavar="KEY=VALUE", help="gateway limits")
         sub.add_argument("--seed", type=int, default=0)
@@ -97,35 +99,19 @@ def _fleet(names: list[str]) -> FleetSpec:
 async def _gateway(
     fleet: TwinFleet, limits: dict[str, Any]
 ) -> AsyncIterator[tuple[str, subprocess.Popen[bytes], aiohttp.ClientSession]]:
-    port = _free_port()
     config = {
-        "host": "127.0.0.1",
-        "port": port,
         "backends": [{"name": n, "url": fleet.url(n), "flavor": "vllm"} for n in fleet.names],
         "pools": [{"model": MODEL, "backends": list(fleet.names)}],
         "limits": limits,
         "state_dir": None,
     }
-    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
-        path = Path(tmp) / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config))
-        command = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--log-level", "error"]
-        env = {k: v for k, v in os.environ.items() if k != STATE_DIR_ENV}
-        process = subprocess.Popen(command, env=env)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            connector = aiohttp.TCPConnector(limit=2000)
-            timeout = aiohttp.ClientTimeout(total=120)
-            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                await wait_ready(session, url, process)
-                yield url, process, session
-        finally:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+    async with (
+        gateway_process(config) as gateway,
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=2000), timeout=aiohttp.ClientTimeout(total=120)
+        ) as session,
+    ):
+        yield gateway.url, gateway.process, session
 
 
 class _RssPeak:
@@ -139,7 +125,7 @@ class _RssPeak:
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):
-            self.peak = max(self.peak, _rss_mb(self.pid))
+            self.peak = max(self.peak, rss_mb(self.pid))
 
     def __enter__(self) -> _RssPeak:
         self._thread.start()
@@ -203,7 +189,7 @@ async def stall(args: argparse.Namespace) -> dict[str, Any]:
             stop = asyncio.Event()
             streamer = asyncio.create_task(_stream_chunks(session, url, times, stop))
             await asyncio.sleep(2.0)
-            rss_before = _rss_mb(process.pid)
+            rss_before = rss_mb(process.pid)
             posted = time.monotonic()
 
             with _RssPeak(process.pid) as peak:
@@ -213,7 +199,7 @@ async def stall(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(0.5)
             stop.set()
             await asyncio.gather(streamer, return_exceptions=True)
-            rss_after = _rss_mb(process.pid)
+            rss_after = rss_mb(process.pid)
     return {
         "body_mb": round(len(big) / 1e6, 1),
         "parallel": args.parallel,
@@ -242,12 +228,20 @@ async def _legit(session: aiohttp.ClientSession, url: str, i: int) -> tuple[bool
 
 
 async def _round(
-    session: aiohttp.ClientSession, url: str, args: argparse.Namespace, bad: list[tuple[str, bytes]]
+    session: aiohttp.ClientSession,
+    gateway: tuple[str, int],
+    args: argparse.Namespace,
+    bad: list[tuple[str, bytes]],
 ) -> dict[str, Any]:
+    """One run: `args.legit` legitimate requests at `args.rate` per second, one malformed one after every
+    tenth when `bad` holds some. The legitimate latencies, the gateway's CPU time per legitimate request,
+    and the machine's load when the run began (a run on a loaded box is noise, and says so)."""
+    url, pid = gateway
     host, port = url.removeprefix("http://").split(":")
     every = max(1, args.legit // len(bad)) if bad else 0
     legit: list[asyncio.Task[tuple[bool, float]]] = []
     hostile: list[asyncio.Task[Any]] = []
+    load_before, cpu_before = os.getloadavg()[0], _cpu_s(pid)
     started = time.monotonic()
     for i in range(args.legit):
         await asyncio.sleep(max(0.0, started + i / args.rate - time.monotonic()))
@@ -261,34 +255,61 @@ async def _round(
         "ok": sum(ok for ok, _ in results),
         "p50_ms": round(statistics.median(seconds) * 1000, 1),
         "p99_ms": round(seconds[int(0.99 * (len(seconds) - 1))] * 1000, 1),
+        "gateway_cpu_ms": round((_cpu_s(pid) - cpu_before) / args.legit * 1000, 3),  # per legitimate one
+        "load1": round(load_before, 2),
         "bad_4xx_json": sum(1 for a in answers if 400 <= a.status < 500 and a.json_error),
         "bad_5xx": sum(1 for a in answers if a.status >= 500),
     }
 
 
-def _summary(runs: list[dict[str, Any]], key: str) -> str:
+def _cpu_s(pid: int) -> float:
+    """A process's CPU time (user + system) so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _summary(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
     values = [run[key] for run in runs]
-    return f"{statistics.median(values)} (spread {min(values)}-{max(values)})"
+    return {"median": round(statistics.median(values), 2), "min": min(values), "max": max(values)}
+
+
+def _ratios(clean: list[dict[str, Any]], hostile: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Mixed against clean for `key`: the ratio of the medians over the rounds, and each round's own ratio
+    (its two runs side by side, so a load that drifts over the rounds hits both alike)."""
+    pairs = sorted(round(h[key] / c[key], 2) for c, h in zip(clean, hostile, strict=True) if c[key])
+    medians = _summary(hostile, key)["median"] / _summary(clean, key)["median"]
+    middle = round(statistics.median(pairs), 2) if pairs else None
+    return {"of_medians": round(medians, 2), "per_round": pairs, "per_round_median": middle}
 
 
 async def mix(args: argparse.Namespace) -> dict[str, Any]:
+    """Clean and mixed runs in rounds, the order swapped every round (clean first, then mixed first: ABBA
+    ...), so neither mode always runs on the warmer or the quieter side of a round."""
     rng = random.Random(args.seed)
     async with TwinFleet(_fleet(["e0", "e1"]), time_scale=50.0, ephemeral_ports=True) as fleet:
         await fleet.wait_ready(30)
-        async with _gateway(fleet, _limits(args.limit)) as (url, _, session):
-            await _round(session, url, argparse.Namespace(legit=100, rate=args.rate), [])  # warm-up
-            clean: list[dict[str, Any]] = []
-            hostile: list[dict[str, Any]] = []
-            for _ in range(args.rounds):
-                clean.append(await _round(session, url, args, []))
-                hostile.append(await _round(session, url, args, malformed(MODEL, args.bad, rng)))
-    p99 = statistics.median(r["p99_ms"] for r in hostile) / statistics.median(r["p99_ms"] for r in clean)
+        async with _gateway(fleet, _limits(args.limit)) as (url, process, session):
+            gateway = (url, process.pid)
+            await _round(session, gateway, argparse.Namespace(legit=100, rate=args.rate), [])  # warm-up
+            runs: dict[str, list[dict[str, Any]]] = {"clean": [], "mixed": []}
+            for n in range(args.rounds):
+                for position, mode in enumerate(("clean", "mixed") if n % 2 == 0 else ("mixed", "clean")):
+                    bad = malformed(MODEL, args.bad, rng) if mode == "mixed" else []
+                    run = await _round(session, gateway, args, bad)
+                    runs[mode].append({"round": n, "position": position, **run})
+    clean, mixed = runs["clean"], runs["mixed"]
+    loads = [run["load1"] for run in clean + mixed]
     return {
         "clean_runs": clean,
-        "hostile_runs": hostile,
-        "clean_p50_ms": _summary(clean, "p50_ms"),
-        "hostile_p50_ms": _summary(hostile, "p50_ms"),
-        "clean_p99_ms": _summary(clean, "p99_ms"),
-        "hostile_p99_ms": _summary(hostile, "p99_ms"),
-        "p99_ratio": round(p99, 2),
+        "mixed_runs": mixed,
+        "p50_ms": {"clean": _summary(clean, "p50_ms"), "mixed": _summary(mixed, "p50_ms")},
+        "p99_ms": {"clean": _summary(clean, "p99_ms"), "mixed": _summary(mixed, "p99_ms")},
+        "p99_ratio": _ratios(clean, mixed, "p99_ms"),
+        "gateway_cpu_ms_ratio": _ratios(clean, mixed, "gateway_cpu_ms"),
+        "load1": {"median": round(statistics.median(loads), 2), "max": max(loads), "cores": os.cpu_count()},
+        # A run begun with more runnable work than cores measured the other jobs as much as the gateway.
+        "loaded": max(loads) > (os.cpu_count() or 1),
+        "bad_4xx_json": sum(run["bad_4xx_json"] for run in mixed),
+        "bad_sent": args.bad * args.rounds,
+        "bad_5xx": sum(run["bad_5xx"] for run in mixed),
     }

@@ -1,4 +1,5 @@
-"""`spark-gateway bench routing --fleet FILE [--trace FILE] [--json]`: routing strategies on one trace.
+"""`spark-gateway bench routing --fleet FILE | --fleets ENTRY... [--trace FILE] [--jobs N] [--json]`:
+routing strategies on one trace, per fleet, and whether the must-show figures hold.
 
 The twin fleet and the gateway run in this process; the trace (routing_trace.TRACE: seed 003's A, B, C, D
 shapes in phases and mixed, plus image requests and over-length prompts; or a trace file, see
@@ -22,7 +23,12 @@ fleet with faults, also how many requests the slowed engine still served after i
 requests that had received no content when an engine crashed failed anyway. The event loop's lateness
 is sampled during every replay: the twin, the gateway and the client share it, so a loop late by a
 sizeable share of a request's latency (too high a --time-scale for the machine) measures the loop rather
-than the fleet, and the bench says so.
+than the fleet, and the bench says so. Request bodies are built before the first replay
+(routing_trace.stream_bodies), so making prompts costs no replay any lateness.
+
+`--fleets` benches several fleets, each with its own trace and time scale if given (routing_suite.py),
+side by side in `--jobs` worker processes, and ends with one summary: a row per fleet with each
+strategy's median goodput and the must-show checks (routing_report.must_show) judged on their medians.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import contextlib
 import itertools
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -45,7 +52,15 @@ from tqdm import tqdm
 from gateway.api.openai import Router
 from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
-from gateway.bench.routing_report import FaultFigures, StrategyResult, render, summarize
+from gateway.bench.routing_report import (
+    FaultFigures,
+    StrategyResult,
+    must_show,
+    render,
+    render_summary,
+    summarize,
+)
+from gateway.bench.routing_suite import EntryError, FleetJob, FleetReport, parse_entry, run_jobs
 from gateway.bench.routing_trace import (
     DEFAULT_TRACE,
     AssignmentRouter,
@@ -57,7 +72,7 @@ from gateway.bench.routing_trace import (
     Stream,
     Trace,
     post,
-    request_body,
+    stream_bodies,
 )
 from gateway.bench.routing_tracefile import TraceError, load_trace
 from gateway.commands import CommandError
@@ -136,9 +151,12 @@ class Bench:
         self.model = spec.engines[0].served_model_name
         self.trace = trace
         self.unservable = {name for name, c in trace.classes.items() if not c.servable_by(self.spec)}
-        self._runs = itertools.count()
+        self.bodies = stream_bodies(trace, self.spec, self.model)
+        self.replays = 0  # replays run so far, searches included
+        self.simulated_s = 0.0  # their simulated seconds
 
     async def run(self, strategy: Strategy) -> StrategyResult:
+        self.replays += 1
         async with TwinFleet(self.spec, time_scale=self.time_scale, ephemeral_ports=True) as fleet:
             await fleet.wait_ready()
             settings = self._settings({n: fleet.url(n) for n in fleet.names}, strategy.policy)
@@ -150,6 +168,7 @@ class Bench:
                 async with LoopLag() as lag:
                     outcomes, wall = await self._replay(app, fleet.clock.now)
         scaled = [_scaled(o, self.time_scale) for o in outcomes]
+        self.simulated_s += wall * self.time_scale
         result = summarize(strategy.name, scaled, wall * self.time_scale, self.unservable, strategy.detail)
         late = lag.p95()
         lag_ms = None if late is None else round(late * self.time_scale * 1000, 1)
@@ -157,7 +176,7 @@ class Bench:
 
     def _settings(self, urls: Mapping[str, str], policy: Path | None) -> Settings:
         base = settings_for_fleet(self.spec, dict(urls))
-        state = self.workdir / f"state-{next(self._runs)}"  # adaptive starts with no samples
+        state = self.workdir / f"state-{self.replays}"  # adaptive starts with no samples
         update = {
             "policy": policy,
             "state_dir": state,
@@ -170,38 +189,37 @@ class Bench:
         loop = asyncio.get_running_loop()
         started = loop.time()
         outcomes: list[Outcome] = []
-        seeds = itertools.count()
-        for phase in self.trace.phases:
-            await asyncio.gather(*(self._stream(app, s, outcomes, seeds, now) for s in phase))
+        for p, phase in enumerate(self.trace.phases):
+            streams = (self._stream(app, st, self.bodies[p, s], outcomes, now) for s, st in enumerate(phase))
+            await asyncio.gather(*streams)
         return outcomes, loop.time() - started
 
     async def _stream(
-        self, app: Any, stream: Stream, out: list[Outcome], seeds: Any, now: Callable[[], float]
+        self, app: Any, stream: Stream, bodies: list[bytes], out: list[Outcome], now: Callable[[], float]
     ) -> None:
         cls = self.trace.classes[stream.cls]
 
-        async def one() -> None:
-            body = request_body(cls, self.model, cls.prompt_for(self.spec), next(seeds))
+        async def one(body: bytes) -> None:
             out.append(await post(app, cls, body, sent_at=now()))
             self.progress.update(1)
 
         offsets = stream.arrival_offsets()
         if offsets is None:
-            left = iter(range(stream.requests))
+            left = iter(bodies)
 
             async def user() -> None:
-                for _ in left:
-                    await one()
+                for body in left:
+                    await one(body)
 
             await asyncio.gather(*(user() for _ in range(stream.users)))
             return
         start = now()
 
-        async def at(offset: float) -> None:  # open loop: sent on time whatever the others are doing
+        async def at(offset: float, body: bytes) -> None:  # open loop: sent on time whatever the others do
             await asyncio.sleep(max(0.0, start + offset - now()) / self.time_scale)
-            await one()
+            await one(body)
 
-        await asyncio.gather(*(at(offset) for offset in offsets))
+        await asyncio.gather(*(at(offset, body) for offset, body in zip(offsets, bodies, strict=True)))
 
 
 async def _until_ready(backends: Mapping[str, Any], timeout_s: float = 30.0) -> None:
@@ -380,13 +398,24 @@ def adaptive_copy(policy: Path, workdir: Path) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class FleetRun:
+    """One fleet's rounds, the oracles found, and what it took: replays and their simulated seconds."""
+
+    results: list[StrategyResult]
+    oracles: dict[str, str]
+    replays: int  # searches included
+    simulated_s: float
+
+
 async def run_fleet(
     path: Path,
     time_scale: float,
     repeats: int = 1,
     trace: Trace = DEFAULT_TRACE,
     split_budget: int = SPLIT_BUDGET,
-) -> tuple[list[StrategyResult], dict[str, str]]:
+    progress: bool = True,
+) -> FleetRun:
     """Every strategy `repeats` times, in rounds; the oracles are searched once, then replayed in every
     round like the others (the search's own best replay is the luckiest of many: not reused)."""
     spec = load_fleet(path)
@@ -402,8 +431,8 @@ async def run_fleet(
                 Strategy("static", None, policy, detail=str(policy.name)),
                 Strategy("adaptive", None, adaptive_copy(policy, workdir), detail=f"{policy.name}, adaptive"),
             ]
-        with tqdm(unit="req", file=sys.stderr, desc=spec.name) as progress:
-            bench = Bench(spec, time_scale, workdir, progress, trace)
+        with tqdm(unit="req", file=sys.stderr, desc=spec.name, disable=not progress) as bar:
+            bench = Bench(spec, time_scale, workdir, bar, trace)
             oracle = await find_oracle(bench)
             split = await find_split_oracle(bench, oracle, split_budget)
             results = []
@@ -419,46 +448,122 @@ async def run_fleet(
         "split_oracle": f"{split.strategy.detail} (best of {split.tried} after the oracle"
         + ("; no split beat it: the oracle's replays)" if split.assignment else ")"),
     }
-    return results, oracles
+    return FleetRun(results, oracles, bench.replays, round(bench.simulated_s, 1))
 
 
-def _handle(args: argparse.Namespace) -> int:
+def bench_fleet(job: FleetJob) -> FleetReport:
+    """One fleet's whole bench, searches then rounds (module level: worker processes import it by name)."""
+    trace = load_trace(job.trace) if job.trace else DEFAULT_TRACE
+    started = time.monotonic()
+    run = asyncio.run(
+        run_fleet(job.fleet, job.time_scale, job.repeats, trace, job.split_budget, job.progress)
+    )
+    table = render(job.fleet.stem, run.results, job.time_scale, run.oracles, trace)
+    wall = round(time.monotonic() - started, 1)
+    return FleetReport(job, trace.name, run.results, run.oracles, table, wall, run.replays, run.simulated_s)
+
+
+def fleet_jobs(args: argparse.Namespace) -> list[FleetJob]:
+    """The command line's fleets, each file (fleet and trace) read once here, so a bad one stops the run
+    before any replay."""
+    default_trace = Path(args.trace) if args.trace else None
+    jobs = []
+    for position, entry in enumerate(args.fleets or [args.fleet]):
+        try:
+            fleet, trace_path, scale = parse_entry(entry, default_trace, args.time_scale)
+        except EntryError as exc:
+            raise CommandError(str(exc), status=2) from exc
+        load_fleet(fleet)  # a bad fleet file is reported by the CLI as `file:line: ...`
+        if trace_path is not None:
+            _check_trace(trace_path)
+        jobs.append(FleetJob(fleet, trace_path, scale, args.repeats, args.split_budget, position=position))
+    return jobs
+
+
+def _check_trace(path: Path) -> None:
     try:
-        trace = load_trace(args.trace) if args.trace else DEFAULT_TRACE
+        load_trace(path)
     except TraceError as exc:
         raise CommandError(str(exc), status=2) from exc
     except OSError as exc:
-        raise CommandError(f"cannot read trace file {args.trace}: {exc.strerror or exc}", status=2) from exc
-    results, oracles = asyncio.run(
-        run_fleet(Path(args.fleet), args.time_scale, args.repeats, trace, args.split_budget)
-    )
+        raise CommandError(f"cannot read trace file {path}: {exc.strerror or exc}", status=2) from exc
+
+
+REPLAY_KEYS = (
+    "policy",
+    "round",
+    "goodput_tok_s",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "e2e_p50_ms",
+    "failures",
+    "refused",
+    "requests",
+    "duration_s",
+    "loop_lag_p95_ms",
+    "faults",
+)
+
+
+def fleet_document(report: FleetReport) -> dict[str, Any]:
+    """One fleet for --json: the oracles found, every replay (with its round), the must-show checks."""
+    return {
+        "fleet": report.name,
+        **report.oracles,
+        "trace": report.trace_name,
+        "time_scale": report.job.time_scale,
+        "wall_s": report.wall_s,
+        "replays": report.replays,
+        "simulated_s": report.simulated_s,
+        "results": [{k: asdict(r)[k] for k in REPLAY_KEYS} for r in report.results],
+        "checks": [check.document() for check in must_show(report.results)],
+    }
+
+
+def _label(report: FleetReport) -> str:
+    trace = "" if report.job.trace is None else f" {report.trace_name}"
+    return f"{report.name}{trace} x{report.job.time_scale:g}"
+
+
+def _handle(args: argparse.Namespace) -> int:
+    reports = []
+    for report in run_jobs(bench_fleet, fleet_jobs(args), args.jobs):
+        reports.append(report)
+        if not args.json:  # each fleet's table as soon as it is done: a long set shows its progress
+            print(f"{report.table}\n{_timing(report)}\n", flush=True)
+    reports.sort(key=lambda r: r.job.position)
     if args.json:
-        keys = (
-            "policy",
-            "round",
-            "goodput_tok_s",
-            "ttft_p50_ms",
-            "ttft_p95_ms",
-            "e2e_p50_ms",
-            "failures",
-            "refused",
-            "requests",
-            "loop_lag_p95_ms",
-            "faults",
-        )
-        replays = [{k: asdict(r)[k] for k in keys} for r in results]
-        document = {**oracles, "trace": trace.name, "results": replays}
-        print(orjson.dumps(document).decode())
+        documents = [fleet_document(r) for r in reports]
+        print(orjson.dumps(documents[0] if args.fleet else {"fleets": documents}).decode())
     else:
-        print(render(Path(args.fleet).stem, results, args.time_scale, oracles, trace))
+        print(render_summary([(_label(r), r.results) for r in reports]))
     return 0
+
+
+def _timing(report: FleetReport) -> str:
+    """Where the fleet's wall time went: the replays themselves (simulated time / time scale), and the
+    rest (starting and stopping a fleet and a gateway per replay, building the bodies)."""
+    replaying = report.simulated_s / report.job.time_scale
+    return (
+        f"wall {report.wall_s:.0f} s for {report.replays} replays (searches included): {replaying:.0f} s "
+        f"replaying {report.simulated_s:.0f} simulated s, {report.wall_s - replaying:.0f} s starting and "
+        "stopping fleets and gateways"
+    )
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "routing", help="routing strategies (round robin .. adaptive, oracle) on a mixed trace over a twin"
     )
-    parser.add_argument("--fleet", required=True, help="twin fleet file (its policy is the static strategy)")
+    fleets = parser.add_mutually_exclusive_group(required=True)
+    fleets.add_argument("--fleet", help="twin fleet file (its policy is the static strategy)")
+    fleets.add_argument(
+        "--fleets",
+        nargs="+",
+        metavar="FILE[,trace=FILE][,time-scale=X]",
+        help="several fleet files, each with its own trace and time scale if given; one summary of the "
+        "must-show checks at the end",
+    )
     parser.add_argument(
         "--time-scale",
         type=float,
@@ -484,8 +589,16 @@ def register(subparsers: Any) -> None:
         help="split oracle: candidate fractions replayed after the assignment oracle",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="fleets benched at once, each in its own process (the loop lag each replay reports shows "
+        "whether they crowd each other)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
-        help='print {"oracle": ..., "split_oracle": ..., "results": [every replay]} instead of a table',
+        help='print {"oracle": ..., "split_oracle": ..., "results": [every replay], "checks": [...]} '
+        '(with --fleets: {"fleets": [one such per fleet]}) instead of tables',
     )
     parser.set_defaults(handler=_handle)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from gateway.bench.routing_trace import DEFAULT_TRACE, Outcome, Trace
 from gateway.stats.live import percentile
@@ -280,3 +280,138 @@ def _spread(values: Iterable[float | None], fmt: str = ".1f") -> str:
     present = [v for v in values if v is not None]
     spread = Spread.of(present)
     return "-" if spread is None else spread.text(fmt)
+
+
+# The issue's must-show figures, each judged on its median over the rounds (spread printed beside it).
+BLIND = ("round_robin", "least_inflight")
+MIN_VS_BLIND = 100.0  # adaptive goodput, % of the best blind strategy's
+MIN_SPLIT_SHARE = 95.0  # adaptive goodput, % of the split oracle's
+MAX_TTFT_VS_BEST = 120.0  # adaptive TTFT p95, % of the round's best strategy's
+MAX_TO_SLOWED = 20  # requests the slowed engine still serves after its slowdown
+MIN_SPLIT_SHARE_SLOWED = 90.0  # adaptive goodput, % of the split oracle's, on a fleet with a slowdown
+
+
+@dataclass(frozen=True)
+class Check:
+    """One must-show figure of one fleet, and whether it holds; None: not measured (no such strategy)."""
+
+    name: str
+    spread: Spread | None
+    at_least: float | None = None
+    at_most: float | None = None
+    every_round: bool = False  # judged on the worst round: "no failure" is a claim about every run
+
+    @property
+    def holds(self) -> bool | None:
+        if self.spread is None:
+            return None
+        if self.at_least is not None:
+            return (self.spread.low if self.every_round else self.spread.median) >= self.at_least
+        assert self.at_most is not None
+        return (self.spread.high if self.every_round else self.spread.median) <= self.at_most
+
+    def target(self) -> str:
+        bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
+        return bound + (" every round" if self.every_round else "")
+
+    def cell(self) -> str:
+        if self.spread is None:
+            return "-"
+        return f"{self.spread.text()} {'ok' if self.holds else 'NO'}"
+
+    def document(self) -> dict[str, object]:
+        spread = None if self.spread is None else asdict(self.spread)
+        return {"name": self.name, "target": self.target(), "holds": self.holds, **(spread or {})}
+
+
+def vs_best_blind(members: dict[str, StrategyResult]) -> float | None:
+    """Adaptive's goodput as % of the round's best blind strategy (round robin, least in-flight)."""
+    blind = [members[name].goodput_tok_s for name in BLIND if name in members]
+    adaptive = members.get("adaptive")
+    if adaptive is None or not blind or not max(blind):
+        return None
+    return 100 * adaptive.goodput_tok_s / max(blind)
+
+
+def ttft_vs_best(members: dict[str, StrategyResult]) -> float | None:
+    """Adaptive's TTFT p95 as % of that of the round's best strategy by goodput (oracles included)."""
+    adaptive = members.get("adaptive")
+    best = max(members.values(), key=lambda r: r.goodput_tok_s)
+    if adaptive is None or not adaptive.ttft_p95_ms or not best.ttft_p95_ms:
+        return None
+    return 100 * adaptive.ttft_p95_ms / best.ttft_p95_ms
+
+
+def _adaptive_faults(results: Sequence[StrategyResult]) -> list[FaultFigures]:
+    return [r.faults for r in results if r.policy == "adaptive" and r.faults is not None]
+
+
+def must_show(results: Sequence[StrategyResult]) -> list[Check]:
+    """The must-show checks that apply to this fleet, computed from its rounds."""
+    split = paired(results, "adaptive", share_of_oracle("adaptive", "split_oracle"))
+    checks = [
+        Check("vs best blind %", paired(results, "adaptive", vs_best_blind), at_least=MIN_VS_BLIND),
+        Check("% of split", split, at_least=MIN_SPLIT_SHARE),
+        Check(
+            "TTFT p95 vs best %",
+            paired(results, "adaptive", ttft_vs_best),
+            at_most=MAX_TTFT_VS_BEST,
+        ),
+    ]
+    faults = _adaptive_faults(results)
+    slowed = [float(f.to_slowed) for f in faults if f.to_slowed is not None]
+    if slowed:
+        checks.append(Check("to slowed", Spread.of(slowed), at_most=MAX_TO_SLOWED))
+        checks.append(Check("% of split, slowed", split, at_least=MIN_SPLIT_SHARE_SLOWED))
+    crashed = [float(f.crash_no_content_failures) for f in faults if f.crash_no_content_failures is not None]
+    if crashed:
+        checks.append(Check("no-content fail", Spread.of(crashed), at_most=0, every_round=True))
+    return checks
+
+
+def late_replays(results: Sequence[StrategyResult]) -> int:
+    """Replays whose loop lag p95 exceeded LAG_WARNING of their median request's e2e."""
+    return sum(
+        1
+        for r in results
+        if r.loop_lag_p95_ms is not None and r.e2e_p50_ms and r.loop_lag_p95_ms > LAG_WARNING * r.e2e_p50_ms
+    )
+
+
+SUMMARY_STRATEGIES = ("round_robin", "least_inflight", "static", "adaptive", "oracle", "split_oracle")
+
+
+def render_summary(fleets: Sequence[tuple[str, Sequence[StrategyResult]]]) -> str:
+    """One row per fleet: each strategy's median goodput, then the must-show checks (median [min-max]
+    over the rounds, ok / NO against the target), the loop's late replays, and which checks fail."""
+    names = [c.name for c in must_show([])]
+    extra = sorted({c.name for _, results in fleets for c in must_show(results)} - set(names))
+    header = ("fleet", *SUMMARY_STRATEGIES, *names, *extra, "late replays", "failing")
+    rows = [header]
+    for label, results in fleets:
+        checks = {c.name: c for c in must_show(results)}
+        grouped = by_policy(results)
+        goodput = [_median_goodput(grouped.get(name, [])) for name in SUMMARY_STRATEGIES]
+        cells = [checks[n].cell() if n in checks else "n/a" for n in (*names, *extra)]
+        failing = [c.name for c in checks.values() if c.holds is False]
+        late = f"{late_replays(results)}/{len(results)}"
+        rows.append((label, *goodput, *cells, late, ", ".join(failing) or "none"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    rounds = sorted({len({r.round for r in results}) for _, results in fleets})
+    targets = {c.name: c.target() for _, results in fleets for c in must_show(results)}
+    lines = [
+        f"summary, {'/'.join(map(str, rounds))} round(s) per fleet: median goodput tok/s per strategy; "
+        "checks, all of adaptive: median [min-max] over the rounds, ratios taken within each round"
+    ]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.append("targets: " + "; ".join(f"{name} {target}" for name, target in targets.items()))
+    lines.append(
+        "late replays: rounds' replays whose event loop was late by more than "
+        f"{LAG_WARNING:.0%} of the median request's e2e (figures of those measure the machine too)"
+    )
+    return "\n".join(lines)
+
+
+def _median_goodput(runs: Sequence[StrategyResult]) -> str:
+    spread = Spread.of([r.goodput_tok_s for r in runs])
+    return "-" if spread is None else f"{spread.median:.1f}"

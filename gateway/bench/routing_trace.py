@@ -243,14 +243,40 @@ class _Exchange:
                 self.outcome.ttft = time.perf_counter() - self.started
 
 
-async def post(app: ASGIApp, cls: RequestClass, body: Mapping[str, Any], sent_at: float = 0.0) -> Outcome:
-    """POST one request straight into the ASGI app (no client socket: the bench measures routing)."""
-    raw = orjson.dumps(body)
+def stream_bodies(trace: Trace, spec: FleetSpec, model: str) -> dict[tuple[int, int], list[bytes]]:
+    """Every request body of the trace, serialized, keyed by (phase, stream) in sending order.
+
+    Built once per fleet, before any replay: an 8k-token prompt takes milliseconds to make, and made on
+    the replay's event loop it held up the twin's steps and every stream in flight (lateness the loop
+    sampler then charged to the fleet). Seeds follow the trace's order, so every replay and every
+    strategy sends the same prompts.
+    """
+    seeds = itertools.count()
+    bodies: dict[tuple[int, int], list[bytes]] = {}
+    for p, phase in enumerate(trace.phases):
+        for s, stream in enumerate(phase):
+            cls = trace.classes[stream.cls]
+            tokens = cls.prompt_for(spec)
+            bodies[(p, s)] = [
+                orjson.dumps(request_body(cls, model, tokens, next(seeds))) for _ in range(stream.requests)
+            ]
+    return bodies
+
+
+async def post(
+    app: ASGIApp, cls: RequestClass, body: Mapping[str, Any] | bytes, sent_at: float = 0.0
+) -> Outcome:
+    """POST one request straight into the ASGI app (no client socket: the bench measures routing).
+
+    `body` is the request, or its JSON already serialized (stream_bodies: streamed as the class says).
+    """
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    streamed = cls.stream if isinstance(body, bytes) else body.get("stream") is True
     path = "/v1/chat/completions" if cls.endpoint == "chat" else "/v1/completions"
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
     scope = http_scope("POST", path, headers)
     exchange = _Exchange(Outcome(cls.name, sent_at=sent_at), time.perf_counter(), cls.endpoint == "chat")
-    exchange.stream = body.get("stream") is True
+    exchange.stream = streamed
     delivered = False
 
     async def receive() -> Message:

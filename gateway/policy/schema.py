@@ -166,7 +166,8 @@ class Adaptive(_Strict):
         ge=0,
         le=MAX_EPSILON,
         description=f"share of a profile's requests sent, evenly spaced, to a backend still under "
-        f"min_samples (0: never; at most {MAX_EPSILON:g}, the rest go to the predicted best)",
+        f"min_samples (0: never; at most {MAX_EPSILON:g}, the rest go to the predicted best; an idle backend "
+        f"on a device of its own while the winner is busy, at {MAX_EPSILON:g})",
     )
     # 0.25: seed 003's differences between engine configs are 5-56 %; a gap of a quarter is a clear
     # winner, and a 5 % gap (noise on a busy box) moves a score by 0.15 instead of flipping the decision.

@@ -6,6 +6,8 @@
   its own. The load a request met at dispatch is read from it.
 - Device time: how long a request shared its device with another backend's requests, integrated over
   the same count (`DeviceTime`).
+- Progress: with a `ProgressBook` attached (`track`), each attempt is noted there from dispatch to its
+  end, so the router sees requests in flight before they finish (stats/progress.py).
 - Health notes: a backend that answers is alive; one that refuses the connection is down (passive
   health, written to the registry).
 - The record: `on_dispatch` listeners hear once per request where it first went upstream, and the
@@ -26,6 +28,7 @@ from gateway.backends.registry import Registry
 from gateway.proxy.exchange import Exchange, Job
 from gateway.proxy.stream import SseMeter, usage_counts
 from gateway.records import RequestRecord
+from gateway.stats.progress import ProgressBook
 
 log = logging.getLogger("gateway.dispatch")
 
@@ -91,6 +94,12 @@ class Accounting:
         self.on_dispatch = list(on_dispatch)
         devices = {name: state.config.device for name, state in registry.backends.items()}
         self.device_time = DeviceTime(registry.inflight, devices)
+        self.progress: ProgressBook | None = None  # requests in flight as far as they have gone
+
+    def track(self, progress: ProgressBook) -> None:
+        """Note every attempt in `progress` from dispatch to its end, its device time read from here."""
+        self.progress = progress
+        progress.shared_seconds = self.device_time.shared_seconds
 
     def dispatching(self, exchange: Exchange, backend: str) -> float:
         """The request is about to be sent to `backend`, where it is already counted: note the load it
@@ -101,6 +110,10 @@ class Accounting:
         shared_at_dispatch = self.device_time.shared_seconds(backend)
         record.inflight_at_dispatch = self.registry.backends[backend].inflight
         record.device_inflight_at_dispatch = device_load(self.registry, backend)
+        if self.progress is not None:
+            exchange.progress = self.progress.started(
+                backend, job.profile, record.inflight_at_dispatch, job.stream, shared_at_dispatch
+            )
         if record.attempts == 1:
             record.overhead = time.perf_counter() - job.started - record.queue_wait
         if not exchange.dispatched:
@@ -115,6 +128,9 @@ class Accounting:
     def answered(self, exchange: Exchange, backend: str, shared_at_dispatch: float) -> None:
         """The attempt on `backend` is over (answered, failed or cancelled)."""
         exchange.record.device_shared_s = self.device_time.shared_seconds(backend) - shared_at_dispatch
+        if self.progress is not None and exchange.progress is not None:
+            self.progress.ended(exchange.progress)
+            exchange.progress = None
 
     def note_success(self, backend: str) -> None:
         self.registry.note_success(backend)  # passive health: it answers, so it is alive

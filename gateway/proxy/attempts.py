@@ -55,15 +55,37 @@ class Tries:
 
 
 class Failover:
-    """The attempts policy over one registry; `reliability` None: no admission and no breakers."""
+    """The attempts policy over one registry; `reliability` None: no admission and no breakers.
 
-    def __init__(self, registry: Registry, reliability: Reliability | None, max_attempts: int) -> None:
+    `first_content_s`: a request's whole time for its first content, from its arrival (the longest queue
+    wait plus the first-token timeout): every attempt's wait for the first content is bounded by what is
+    left of it (`first_content_at`), and once it is spent no further attempt starts; the last failure is
+    the answer. Without it, each failover would start a fresh first-token wait, so a request bounced
+    between failing backends could wait several of them end to end. None: no such bound."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        reliability: Reliability | None,
+        max_attempts: int,
+        first_content_s: float | None = None,
+    ) -> None:
         self.registry = registry
         self.reliability = reliability
         self.max_attempts = max_attempts
+        self.first_content_s = first_content_s
+
+    def first_content_at(self, job: Job) -> float | None:
+        """The loop time by which the request's first content must have come; None: unbounded."""
+        if self.first_content_s is None:
+            return None
+        left = self.first_content_s - (time.perf_counter() - job.started)
+        return asyncio.get_running_loop().time() + left
 
     async def next(self, job: Job, tries: Tries) -> Taken | Refused:
         """Where the next attempt goes, counted there, or why none can be made."""
+        if tries.tried and self._first_content_spent(job):
+            return no_backend_left()  # its time for a first content is over: the last failure answers
         remaining = [b for b in job.ranked if b not in tries.tried]
         spent = not remaining or len(tries.tried) >= self.max_attempts
         reliability = self.reliability
@@ -100,12 +122,14 @@ class Failover:
         (counted from its arrival), for a candidate that may serve again, and go there. A backend that is
         down but may come back (warming up, restarting) is taken as soon as it is ready; one that reset
         the connection before answering (it may be restarting, unseen yet) after a short pause; one
-        whose breaker is open once its cool-down lets a probe through. Nothing to wait for: the last
+        whose breaker is open once its cool-down lets a probe through; one found stalled (an attempt
+        there was cut) once its stall mark lifts. Nothing to wait for: the last
         failure is the answer. The deadline passes: 503 `queue_timeout`, as for any queued request."""
         while True:
             left = _queue_time_left(job, reliability)
             restarting = [b for b in job.ranked if self.registry.may_come_back(b)]
-            alive = [b for b in job.ranked if b in may_recover and self._is_ready(b)]
+            # Ready ones: a stalled one among them is waited for until its mark lifts (its next byte).
+            alive = [b for b in job.ranked if b in may_recover and self._status(b) is Status.READY]
             if left <= 0:
                 if not restarting and not alive:
                     return no_backend_left()
@@ -125,9 +149,16 @@ class Failover:
             if slot is not None:
                 return slot
 
+    def _first_content_spent(self, job: Job) -> bool:
+        limit = self.first_content_s
+        return limit is not None and time.perf_counter() - job.started >= limit
+
     def _is_ready(self, backend: str) -> bool:
         state = self.registry.backends[backend]
         return state.status is Status.READY and state.stalled_since is None  # a stalled one: not now
+
+    def _status(self, backend: str) -> Status:
+        return self.registry.backends[backend].status
 
 
 async def _first_slot(job: Job, ranked: list[str], reliability: Reliability) -> Slot | Refused:

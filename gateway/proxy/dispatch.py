@@ -40,6 +40,7 @@ from gateway.proxy.attempts import NO_BACKEND_LEFT, Failover, Tries
 from gateway.proxy.breaker import Outcome, outcome_of
 from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, Job, UnencodableBody
 from gateway.proxy.reliability import Reliability
+from gateway.proxy.stall import Watched
 from gateway.proxy.upstream import (
     UpstreamConnectError,
     UpstreamConnectTimeout,
@@ -67,11 +68,13 @@ class Dispatcher:
         observers: Sequence[Observer] = (),
         reliability: Reliability | None = None,
         on_dispatch: Sequence[DispatchListener] = (),
+        first_content_s: float | None = None,
     ) -> None:
         self.registry = registry
         self.transport = transport
         self.reliability = reliability  # breakers and admission slots; None: neither is enforced
-        self.failover = Failover(registry, reliability, max_attempts)
+        # A request's whole time for its first content, from arrival (proxy/attempts.py).
+        self.failover = Failover(registry, reliability, max_attempts, first_content_s)
         self.stall = reliability.stall if reliability is not None else None  # the hang watch
         self.accounting = Accounting(registry, observers, on_dispatch)
         self.live: set[Exchange] = set()  # exchanges in flight, for `end_all`
@@ -226,7 +229,7 @@ class Dispatcher:
         payload = b""
         try:
             try:
-                async with asyncio.timeout(None) as scope:
+                async with asyncio.timeout(self.failover.first_content_at(job)) as scope:
                     if watched is not None:
                         watched.scope = scope
                     response = await self._send(state.config.url + job.path, headers, body, backend)
@@ -239,13 +242,9 @@ class Dispatcher:
                     if watched is not None:
                         watched.scope = None  # the answer goes out from here: never cut it
             except TimeoutError as exc:
-                if not scope.expired() or watched is None or watched.cut is None:
+                if not scope.expired():
                     raise
-                failed = AttemptFailed(watched.cut, 504)
-                failed.code = "backend_stalled"
-                # The stall mark (lifted at its first byte), not the breaker, keeps requests away.
-                failed.outcome = "backpressure"
-                raise failed from exc
+                raise _cut(watched, self.failover.first_content_s) from exc
             record.status = response.status
             if opened is not None:
                 await relay.stream(exchange, opened, watched)
@@ -272,6 +271,22 @@ class Dispatcher:
             raise failed from exc
         except UpstreamError as exc:
             raise AttemptFailed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
+
+
+def _cut(watched: Watched | None, first_content_s: float | None) -> AttemptFailed:
+    """The attempt's scope expired: the hang watch cut it, or the request's time for its first content
+    ran out. Neither is a breaker failure."""
+    if watched is not None and watched.cut is not None:
+        failed = AttemptFailed(watched.cut, 504)
+        failed.code = "backend_stalled"
+        # The stall mark (lifted at its first byte), not the breaker, keeps requests away; once lifted
+        # the backend may serve this request after all (a comeback wait, proxy/attempts.py).
+        failed.may_recover = True
+    else:
+        failed = AttemptFailed(f"first-token timeout: no content within {first_content_s:g}s of arrival", 504)
+        failed.code = "first_content_deadline"
+    failed.outcome = "backpressure"
+    return failed
 
 
 async def _failed_answer(response: UpstreamResponse) -> AttemptFailed:

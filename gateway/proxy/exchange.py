@@ -16,6 +16,7 @@ from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.breaker import Outcome
 from gateway.records import ExplorationPlan, RequestRecord
 from gateway.settings import PoolConfig
+from gateway.stats.progress import Attempt
 
 
 @dataclass(slots=True)
@@ -71,7 +72,9 @@ class Exchange:
     `end(why)` is the gateway ending it early (the drain deadline): the request's task is cancelled and
     dispatch answers with `why` (an error frame and `[DONE]` on a stream under way)."""
 
-    __slots__ = ("job", "record", "send", "committed", "dispatched", "gone", "streaming", "ending", "task")
+    __slots__ = (
+        "job", "record", "send", "committed", "dispatched", "gone", "streaming", "ending", "task", "progress"
+    )
 
     def __init__(self, job: Job, send: Send) -> None:
         self.job = job
@@ -85,6 +88,7 @@ class Exchange:
         self.streaming = False  # a stream's head (and maybe frames) went out: the answer is under way
         self.ending: str | None = None  # why the gateway ends the exchange early, once it does
         self.task: asyncio.Task[Any] | None = None  # the request's task, cancelled by `end`
+        self.progress: Attempt | None = None  # its attempt in the progress book, while one is under way
 
     def commit(self) -> None:
         self.committed = True

@@ -73,6 +73,8 @@ async def open_stream(exchange: Exchange, response: UpstreamResponse) -> Opened:
     failure until then fails the attempt (AttemptFailed) and the next backend serves the client a clean
     stream of its own."""
     meter = SseMeter(strip_usage=exchange.job.add_usage)
+    if exchange.progress is not None:
+        exchange.progress.meter = meter  # the router reads the stream's pace while it is pumped
     # The first-token timeout runs until content arrives (a role frame is not a token).
     chunks = response.iter_chunks(lambda: meter.first_token_at is not None)
     held = await _until_answered(meter, chunks)

@@ -15,12 +15,21 @@ goes through dispatch, so the gateway knows at once when none come:
   (measured here from its own streams), at least `min_silence_s`, plus the prefill of the prompts
   waiting there for their first content (estimated at 4 bytes of body per token, at
   `prefill_tokens_per_s`): a long prefill is silence too.
-- Stalled: silence past the allowed silence. The registry marks it (`Registry.note_stalled`), the router
-  sees it out for now like an open breaker (BackendSnapshot.stalled), failover skips it, and the attempts
-  waiting there for their first content are cut (their timeout scope expires now) and fail over: the
-  relay holds a stream's head and role frame until the first content, so nothing reached their clients.
+- Unresponsive: a backend with requests in flight (streamed or whole) that has shown no sign of life (a
+  content frame, a whole answer, an answered probe or /metrics scrape) for the allowed silence, while its
+  control plane left calls unanswered for `UNANSWERED_S` in all since (backends/control_plane.py: the
+  prober and the scraper report). A stopped process answers nothing; a busy engine, even one deep in a
+  long prefill with only whole answers in flight, still answers its health endpoint and /metrics, so it
+  never is. This is what finds a hang when no stream is in flight to fall silent.
+- Stalled: silence past the allowed silence, or unresponsive. The registry marks it
+  (`Registry.note_stalled`), the router sees it out for now like an open breaker
+  (BackendSnapshot.stalled), failover skips it, and the attempts waiting there for their first content
+  (a whole answer included) are cut (their timeout scope expires now, which cancels the upstream call)
+  and fail over: the relay holds a stream's head and role frame until the first content, so nothing
+  reached their clients.
   The same happens to attempts waiting on a backend the prober declared dead.
-- Recovery is at once: a byte from it (a request's, or a readiness probe's answer) clears the mark.
+- Recovery is at once: a byte from it (a request's, or a readiness probe's answer) clears the mark; an
+  unresponsive one is also cleared by an answered scrape.
 
 Checks run on a timer (`check_interval_s`) only while attempts are in flight, so the hot path pays a
 set insertion per attempt and nothing per chunk: content is noticed from the stream meter's frame count.
@@ -42,6 +51,10 @@ BYTES_PER_TOKEN = 4  # a prompt's size in tokens, roughly, from its body's bytes
 _TTFT_SAMPLES = 64  # recent first-token times kept per backend
 _ITL_SAMPLES = 256  # recent inter-token gaps kept per backend
 _ITL_PER_STREAM = 32  # the newest gaps taken from one finished stream
+# Control-plane calls left unanswered, in seconds in all, before a silent backend is unresponsive: one
+# timed-out probe (5 s by default) or two /metrics scrapes in a row (0.8 s each at the default 1 s
+# interval); one slow scrape on a loaded host is not enough. (A settings knob to come: stall.unanswered_s.)
+UNANSWERED_S = 1.5
 
 
 @dataclass(eq=False, slots=True)
@@ -72,6 +85,10 @@ class _Backend:
     marked: bool = False  # this watch found it stalled (and nobody has cleared it since)
     ttft: deque[float] = field(default_factory=lambda: deque(maxlen=_TTFT_SAMPLES))
     itl: deque[float] = field(default_factory=lambda: deque(maxlen=_ITL_SAMPLES))
+    busy_from: float = 0.0  # when its attempts in flight went from none to some
+    heard_at: float = 0.0  # its last sign of life of any kind: content, an answer, a probe or scrape answered
+    unanswered_s: float = 0.0  # control-plane wait left unanswered since `heard_at`
+    unresponsive: bool = False  # the mark is for an unresponsive control plane (a scrape answer lifts it)
     stalls: int = 0  # times it was found stalled
     moved: int = 0  # attempts waiting for their first content there, cut to fail over
     ended: int = 0  # streams under way there, ended with an error frame
@@ -95,6 +112,8 @@ class StallWatch:
         watched = Watched(backend, stream, now, time.perf_counter(), body_bytes // BYTES_PER_TOKEN)
         watched.last_seen = now
         b = self._backends.setdefault(backend, _Backend())
+        if not b.attempts:
+            b.busy_from = now
         if stream:
             if b.streams == 0:
                 b.quiet_from = max(b.quiet_from, now)  # silence counts from when it became busy
@@ -110,6 +129,18 @@ class StallWatch:
         server may send it (and vLLM its role frame) while the engine behind it is hung."""
         watched.heard = True
         self._alive(watched.backend, "answered")
+
+    def control_answered(self, backend: str) -> None:
+        """A probe or scrape of `backend` was answered: its server runs (backends/control_plane.py)."""
+        b = self._backends.setdefault(backend, _Backend())
+        b.heard_at, b.unanswered_s = self.clock(), 0.0
+        lifted = b.marked and b.unresponsive  # a stall found on silent streams waits for their bytes
+        if lifted and self.registry.note_unstalled(backend, "answered a probe or scrape"):
+            b.marked = False
+
+    def control_unanswered(self, backend: str, waited_s: float) -> None:
+        """A probe or scrape of `backend` got no answer within `waited_s`."""
+        self._backends.setdefault(backend, _Backend()).unanswered_s += waited_s
 
     def leave(self, watched: Watched) -> None:
         """The attempt is over: forget it, and keep what it measured."""
@@ -166,16 +197,36 @@ class StallWatch:
         if not self.config.enabled:
             return
         allowed = self.allowed_silence(name)
-        silence = now - b.quiet_from
-        if b.streams and silence > allowed and state.status is Status.READY:
-            detail = f"no bytes for {silence:.1f}s from {len(b.attempts)} requests (allowed {allowed:.1f}s)"
-            if self.registry.note_stalled(name, detail):
-                b.marked, b.stalls = True, b.stalls + 1
+        if state.status is Status.READY:
+            self._judge(name, b, now, allowed)
         if state.stalled_since is not None:
             why = f"backend {name} stalled: {state.stall_detail}"
             self._cut(b, state.stalled_since, now, allowed, why, streams_too=True)
         elif state.status is Status.DEAD:
             self._cut(b, state.since, now, allowed, f"backend {name} is down: {state.detail}")
+
+    def _judge(self, name: str, b: _Backend, now: float, allowed: float) -> None:
+        """Mark a ready backend stalled: streams silent past the allowed silence, or unresponsive (requests
+        in flight, no sign of life of any kind for the allowed silence, so a loaded engine slow to answer
+        anything is given the time it usually takes, and its control plane left calls unanswered for
+        `UNANSWERED_S` since)."""
+        silence = now - b.quiet_from
+        if b.streams and silence > allowed:
+            detail = f"no bytes for {silence:.1f}s from {len(b.attempts)} requests (allowed {allowed:.1f}s)"
+            self._mark(name, b, detail, unresponsive=False)
+        quiet = now - max(b.heard_at, b.busy_from)
+        if b.attempts and b.unanswered_s >= UNANSWERED_S and quiet > allowed and not b.marked:
+            detail = (
+                f"answers nothing: {b.unanswered_s:.1f}s of health probes and metrics scrapes unanswered, "
+                f"nothing from {len(b.attempts)} requests for {quiet:.1f}s (allowed {allowed:.1f}s)"
+            )
+            self._mark(name, b, detail, unresponsive=True)
+
+    def _mark(self, name: str, b: _Backend, detail: str, unresponsive: bool) -> None:
+        if self.registry.note_stalled(name, detail):
+            b.marked, b.unresponsive, b.stalls = True, unresponsive, b.stalls + 1
+        elif b.marked and not unresponsive:
+            b.unresponsive = False  # silent streams too: only a byte or an answered probe lifts it now
 
     def _cut(
         self, b: _Backend, since: float, now: float, allowed: float, why: str, streams_too: bool = False
@@ -204,7 +255,8 @@ class StallWatch:
 
     def _alive(self, backend: str, how: str) -> None:
         b = self._backends[backend]
-        b.quiet_from = self.clock()
+        b.quiet_from = b.heard_at = self.clock()
+        b.unanswered_s = 0.0
         if b.marked and self.registry.note_unstalled(backend, how):
             b.marked = False
 

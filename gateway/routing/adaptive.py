@@ -38,6 +38,8 @@ cell. `tolerance` keeps noise from flipping decisions: a 5 % gap moves the score
 `tokens_per_second` profile a backend whose cell is still under min_samples borrows its all-profile fit:
 decode speed at a load is the engine's, whatever the prompt, so one already measured elsewhere is not
 ranked blind (a TTFT or e2e objective depends on the profile's prompts, and waits for its own samples).
+It borrows only where that fit holds min_samples of the request's content (own_content): a speed learned
+on novel prose says nothing of a speculative engine on repetitive text, and would outrank the prior.
 
 Exploration (bounded, paced): while some eligible backend other than the predicted winner (its own traffic
 measures that one) has fewer than min_samples samples for the profile, a share epsilon of the profile's
@@ -52,7 +54,9 @@ requests of a steady stream is not idle), times the share of the exploration tha
 beyond the n requests it already runs (1 / (n + 1)). Credit then accrues at only `contended_share` / that
 count of the usual rate, so the slow-down exploring causes per request does not grow with the neighbour's
 load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
-happens if none comes.
+happens if none comes. An idle backend on a device of its own, while the winner is busy, slows nobody and
+joins no queue when explored (spreads): its credit accrues at MAX_EPSILON, so the same min_samples
+requests are spent sooner and the prior rules for fewer requests.
 
 Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
 profile is too old is due (`_stale`): a measured cell after `refresh_requests` requests of the profile
@@ -84,8 +88,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.policy.schema import Adaptive
-from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
-from gateway.routing.cells import CellModel, ModelCache, Windows, repetitive
+from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan, Progress
+from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows, repetitive
 from gateway.routing.context import RouteContext
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.pacing import (
@@ -99,6 +103,7 @@ from gateway.routing.pacing import (
 )
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
+from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
 
 KNOWN_FLOOR = 0.25  # the lowest score of a backend with a prediction
 UNKNOWN_WEIGHT = 0.2  # a backend without one scores prior x this: always below every prediction
@@ -110,6 +115,10 @@ SMALLEST_VALUE = 1e-9
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
+# A backend's requests in flight as far as each has gone (stats/progress.py), handed in like the hints.
+InFlightProgress = Callable[[str], Progress]
+# Profiles remembered per backend for its slow-down's shift (policies have a handful).
+MAX_PROFILES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +224,26 @@ def charged(
     ]
 
 
+def spreads(backend: str, winner: str | None, device: Mapping[str, Sequence[DeviceLoad]]) -> bool:
+    """Whether exploring `backend` now costs nothing beyond its own answer: it is idle on a device of its
+    own (no other engine to slow, no queue to join) while the predicted winner has requests in flight, so
+    the exploration spreads load as a load balancer would."""
+    members = device[backend]
+    if winner is None or winner not in device or len(members) > 1 or members[0].inflight > 0:
+        return False
+    return any(d.inflight > 0 for d in device[winner] if d.backend == winner)
+
+
+def own_content(model: CellModel, cell: CellModel, repetition: float, min_samples: int) -> CellModel:
+    """`model` (the cell's, or one borrowed from the backend's other profiles), or the cell's own where the
+    borrowed one never measured this request's content: a decode speed learned on novel prose says nothing
+    of repetitive content on a speculative engine, and a borrowed prediction would outrank the prior of a
+    backend not yet measured (a plain engine took edits from the speculative one the policy prefers)."""
+    if model is cell or model.measured_content(repetition, min_samples):
+        return model
+    return cell
+
+
 def exploration_unit(
     profile: str, repetition: float, cells: Mapping[str, CellView]
 ) -> tuple[str, dict[str, CellView]]:
@@ -264,9 +293,15 @@ class AdaptiveScorer:
         devices: Mapping[str, str] | None = None,
         ledger: ExplorationLedger | None = None,
         explore: bool = True,
+        progress: InFlightProgress | None = None,
     ) -> None:
         self.windows = windows
         self.hints = hints
+        self.progress = progress  # None: finished requests are all it sees
+        self._paces: dict[tuple[str, str], tuple[int, DecodePace]] = {}  # cell -> (its version, decode pace)
+        self._profiles: dict[str, dict[str, None]] = {}  # backend -> the profiles it was scored for
+        # Each backend's slow-down as of the decision under way (`_slowdown`), read by `_model` and `_stale`.
+        self._slowed: dict[str, tuple[float, Slowdown]] = {}
         self.cache = cache or ModelCache(windows.max_cells)  # bounded like the windows
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
@@ -316,7 +351,15 @@ class AdaptiveScorer:
         device: Mapping[str, Sequence[DeviceLoad]],
     ) -> Verdict:
         config = PredictConfig(min_samples=ctx.adaptive.min_samples)
-        models = {b.name: self._model(ctx, b.name, cells[b.name], device[b.name]) for b in backends}
+        models = {
+            b.name: own_content(
+                self._model(ctx, b.name, cells[b.name], device[b.name]),
+                cells[b.name].model,
+                ctx.features.repetition,
+                config.min_samples,
+            )
+            for b in backends
+        }
         steady = self._steady(ctx, models, device, config)
         predictions = [
             self._prediction(
@@ -383,6 +426,9 @@ class AdaptiveScorer:
         }
 
         def share(backend: str) -> float:
+            if spreads(backend, winner, device):  # the cheapest moment there is: the same min_samples
+                # requests, spent sooner, so the prior rules for fewer requests
+                return MAX_EPSILON / knobs.explore_epsilon
             slowed = self._contended(backend, device[backend])
             return min(1.0, knobs.contended_share / slowed) if slowed else 1.0
 
@@ -418,8 +464,14 @@ class AdaptiveScorer:
         """The cells among `counts` (every candidate but the winner) whose estimate is past its bound, with
         their age and why. A measured cell ages from its newest send; one under min_samples from its
         min_samples-th newest, so once due it stays due until it holds a whole estimate. A cell measured
-        before another backend of the profile changed regime counts as stale at once."""
+        before another backend of the profile changed regime, or before another backend's requests showed
+        it slowed beyond the tolerance (`_slowdown`: as many requests ago as are slow), counts as stale at
+        once."""
         changed = {name: cell.model.regime_run for name, cell in cells.items() if cell.model.regime_run}
+        for name in cells:
+            slowed = self._slowed.get(name)
+            if slowed is not None and slowed[1].live > 1.0 + knobs.tolerance and slowed[1].slow:
+                changed[name] = max(changed.get(name, 0), slowed[1].slow)
         stale: dict[str, tuple[Age, str]] = {}
         for name, count in counts.items():
             if cells[name].count < count >= knobs.min_samples:  # its estimate's requests are under way
@@ -444,8 +496,11 @@ class AdaptiveScorer:
             devices=self.devices,
             ledger=self.ledger,
             explore=False,
+            progress=self.progress,
         )
         preview._counts = self._counts
+        preview._paces = self._paces
+        preview._profiles = self._profiles
         return preview
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
@@ -492,7 +547,7 @@ class AdaptiveScorer:
     ) -> Prediction:
         hint = self.hints(backend.name) if self.hints is not None else None
         me = next(d for d in device if d.backend == backend.name)
-        return predict_with_model(
+        prediction = predict_with_model(
             backend.name,
             model,
             inflight=backend.inflight,
@@ -505,6 +560,9 @@ class AdaptiveScorer:
             repetition=ctx.features.repetition,
             capacity=backend.engine_capacity or backend.max_concurrency,
         )
+        slowed = self._slowed.get(backend.name)
+        said = slowed[1].describe(model) if slowed is not None else None
+        return prediction if said is None else replace(prediction, why=f"{prediction.why}; {said}")
 
     def _model(
         self, ctx: RouteContext, backend: str, cell: CellView, device: Sequence[DeviceLoad]
@@ -515,7 +573,10 @@ class AdaptiveScorer:
         if ctx.profile.objective != "tokens_per_second" or cell.model.samples >= min_samples:
             return cell.model
         engine = next(d.model for d in device if d.backend == backend)
-        return engine if engine.samples >= min_samples else cell.model
+        if engine.samples < min_samples:
+            return cell.model
+        slowed = self._slowed.get(backend)
+        return engine if slowed is None else scaled(engine, slowed[1].for_cell(engine))
 
     def _device_loads(self, backends: Sequence[BackendSnapshot], at: float) -> dict[str, list[DeviceLoad]]:
         """Per backend, its device's backends with their load and all-profile model (cached per backend)."""
@@ -549,4 +610,49 @@ class AdaptiveScorer:
             if key not in self._counts and len(self._counts) >= self.windows.max_cells:
                 del self._counts[next(iter(self._counts))]
             self._counts[key] = cached
-        return CellView(model, cached[1], cached[2])
+        slowed = self._slowdown(backend, profile, at)
+        return CellView(scaled(model, slowed.for_cell(model)), cached[1], cached[2])
+
+    def _slowdown(self, backend: str, profile: str, at: float) -> Slowdown:
+        """`backend`'s engine-wide slow-down (routing/slowdown.py) as of `at`, computed once per decision:
+        every profile's cell of the backend is scaled by it, and `_stale` reads it."""
+        known = self._slowed.get(backend)
+        seen = self._profiles.setdefault(backend, {})
+        if profile not in seen:
+            if len(seen) >= MAX_PROFILES:
+                del seen[next(iter(seen))]
+            seen[profile] = None
+        if known is not None and known[0] == at:
+            return known[1]
+        progress = self.progress(backend) if self.progress is not None else Progress()
+        device = self.devices.get(backend)
+        busy = device is not None and any(
+            self.progress(other).inflight > 0
+            for other, shared in self.devices.items()
+            if shared == device and other != backend and self.progress is not None
+        )
+
+        def cell(profile: str) -> CellModel:
+            return self.cache.get(self.windows, backend, profile, at)
+
+        def pace(profile: str) -> DecodePace:
+            return self._pace(backend, profile, at)
+
+        profiles = [profile, *(p for p in seen if p != profile)]
+        profiles += {r.profile: None for r in progress.requests if r.profile not in seen}
+        slowed = engine_slowdown(progress, profiles, cell, pace, device_busy=busy, min_samples=MIN_SAMPLES)
+        if backend not in self._slowed and len(self._slowed) >= self.windows.max_cells:
+            del self._slowed[next(iter(self._slowed))]
+        self._slowed[backend] = (at, slowed)
+        return slowed
+
+    def _pace(self, backend: str, profile: str, at: float) -> DecodePace:
+        """The cell's decode pace over its finished streams, cached until its samples change."""
+        key = (backend, profile)
+        version = self.windows.version(backend, profile, at)
+        cached = self._paces.get(key)
+        if cached is None or cached[0] != version:
+            if key not in self._paces and len(self._paces) >= self.windows.max_cells:
+                del self._paces[next(iter(self._paces))]
+            cached = self._paces[key] = (version, decode_pace(self.windows.samples(backend, profile, at)))
+        return cached[1]

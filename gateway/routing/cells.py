@@ -67,6 +67,10 @@ class CellModel:
     tpot_by_content: tuple[Fit | None, Fit | None] = (None, None)
     content_samples: tuple[int, int] = (0, 0)
 
+    def measured_content(self, repetition: float, min_samples: int) -> bool:
+        """Whether min_samples of its samples carry this request's content (repetitive or novel)."""
+        return self.content_samples[int(repetitive(repetition))] >= min_samples
+
     def tpot_for(self, repetition: float, min_samples: int) -> Fit | None:
         """The TPOT fit for a request of this content: its content's own once that holds min_samples,
         else the cell's over all content."""

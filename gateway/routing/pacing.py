@@ -2,9 +2,10 @@
 state that decides it (credit per profile, explorations sent per cell), which changes only when a request
 is booked as sent (docs/measurement.md, section 6).
 
-Paced, not drawn: each request of a profile adds epsilon (times a share below 1 at a costly moment) to the
-profile's credit while some backend other than the predicted winner has fewer than min_samples samples,
-and the request that brings it to 1 explores and spends 1. At epsilon 0.25 every fourth request explores,
+Paced, not drawn: each request of a profile adds epsilon (times a share: below 1 at a costly moment, above
+1, up to MAX_EPSILON, where exploring slows no other engine) to the profile's credit while some backend
+other than the predicted winner has fewer than min_samples samples, and the request that brings it to 1
+explores and spends 1. At epsilon 0.25 every fourth request explores,
 so a cell is measured within min_samples / epsilon requests, never after a run of bad luck, and decisions
 replay exactly. A cell past its age bound is refreshed at MAX_EPSILON whatever the contention
 (`plan_refresh`, `stale_reason`); the ledger knows each cell's newest sends for that (`age`). Scoring only
@@ -84,15 +85,17 @@ def plan_exploration(
     `sample_counts` maps each backend that could be explored (the predicted winner is measured by its own
     traffic and left out) to its sample count for this request's profile. While some have fewer than
     `min_samples`, the least measured of them (ties by name) is the candidate and the request adds epsilon
-    (capped at MAX_EPSILON) times `share(candidate)` to `credit`; it explores when that reaches 1. `share`
-    below 1 makes a costly moment accrue less (see adaptive.AdaptiveScorer). Windows age out, so a backend
-    that stops getting traffic drops below `min_samples` and is measured again.
+    (capped at MAX_EPSILON) times `share(candidate)` to `credit`, at most MAX_EPSILON; it explores when
+    that reaches 1. `share` below 1 makes a costly moment accrue less, above 1 a cheap one more (see
+    adaptive.AdaptiveScorer): the cells cost the same min_samples requests either way, only sooner.
+    Windows age out, so a backend that stops getting traffic drops below `min_samples` and is measured
+    again.
     """
     under = sorted((n, backend) for backend, n in sample_counts.items() if n < min_samples)
     if not under:
         return None, None
     n, backend = under[0]
-    rate = min(max(epsilon, 0.0), MAX_EPSILON) * share(backend)
+    rate = min(min(max(epsilon, 0.0), MAX_EPSILON) * share(backend), MAX_EPSILON)
     if credit + rate < 1.0 - ROUNDING:
         return None, rate
     why = f"{backend}: {n} samples (< {min_samples}), explored at rate {rate:.3g} per request"

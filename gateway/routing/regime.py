@@ -61,3 +61,23 @@ def current_regime(
     if first == 0 or length < run:
         return fit_load(points), 0
     return fit_load(points[-length:]), length * first
+
+
+def regime_shift(points: Sequence[LoadPoint], run: int = CHANGE_RUN, factor: float = CHANGE_FACTOR) -> float:
+    """How much slower the engine's current regime is than the one before it (1.0: no slow-down seen): the
+    median of each trailing point over the older points' fit at its load. What a fit restarted from the
+    trailing points already holds, and a fit built before the change (another profile's cell) does not."""
+    length = current_regime(points, run, factor)[1]
+    if length <= 0:
+        return 1.0
+    before = fit_load(points[:-length])
+    if before is None:
+        return 1.0
+    ratios = sorted(y / expected for c, z, y in points[-length:] if (expected := expect(before, c, z)) > 0)
+    return max(1.0, ratios[len(ratios) // 2]) if ratios else 1.0
+
+
+def expect(fit: Fit, concurrency: float, share: float) -> float:
+    """The fit's value at a load, the device share taken as the fraction it is (Fit.at takes busy or not)."""
+    value = fit.intercept + fit.slope * max(concurrency, fit.low_c) + fit.contention * share
+    return max(value, fit.floor)

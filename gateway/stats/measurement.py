@@ -1,5 +1,6 @@
-"""Live measurement wired together: completion records -> LiveRecorder, the engine /metrics scraper, and
-snapshots of the windows in the state directory (docs/measurement.md).
+"""Live measurement wired together: completion records -> LiveRecorder, requests in flight -> ProgressBook
+(filled by dispatch accounting), the engine /metrics scraper, and snapshots of the windows in the state
+directory (docs/measurement.md).
 
 `Measurement` is made once by the composition root and started and stopped with the app: it loads the last
 snapshot at start, scrapes every backend whose flavor exposes engine metrics, saves the windows
@@ -24,6 +25,7 @@ from gateway.repetition import prompt_repetition
 from gateway.settings import BackendConfig, MeasurementConfig, PoolConfig
 from gateway.stats import snapshot
 from gateway.stats.live import LiveRecorder
+from gateway.stats.progress import ProgressBook
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,7 @@ class Measurement:
     ) -> None:
         self.config = config
         self.recorder = LiveRecorder(max_age_s=config.window_s)
+        self.progress = ProgressBook()  # requests in flight, as far as each has gone (never persisted)
         self.state_dir = state_dir  # None: no state kept
         self._identities = backend_identities(backends, pools)
         targets = scrape_targets(backends)

@@ -119,7 +119,8 @@ def test_a_decode_speed_profile_borrows_the_engines_fit_until_its_own_cell_is_me
     pool = [BackendSnapshot("x"), BackendSnapshot("y")]
 
     def first(prompt_words: int) -> str:
-        body = {"model": "m", "prompt": "hi " * prompt_words, "max_tokens": 64}
+        # Novel words: the samples are novel prose, and a fit speaks only for the content it measured.
+        body = {"model": "m", "prompt": " ".join(f"w{i}" for i in range(prompt_words)), "max_tokens": 64}
         return router.route("completions", body, pool).ranked[0]
 
     assert first(1500) == "y"  # tokens_per_second: the engine's decode speed, whatever the prompt

@@ -11,8 +11,17 @@ from gateway.bench.client import RequestResult
 from gateway.bench.scenarios import summarize
 from gateway.cli import main
 
-JSON_KEYS = {"target", "scenario", "output_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms",
-             "p99_itl_ms", "requests", "failures"}
+JSON_KEYS = {
+    "target",
+    "scenario",
+    "output_tok_s",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "mean_itl_ms",
+    "p99_itl_ms",
+    "requests",
+    "failures",
+}
 
 
 def burst_request() -> RequestResult:
@@ -48,8 +57,12 @@ def test_scaled_result_converts_wall_time_to_simulated_time() -> None:
 def test_p99_itl_interpolates_between_the_largest_gaps() -> None:
     gaps = tuple(float(i) for i in range(101))  # chunk times 0, 1, 3, 6, ... give gaps 1..100
     times = tuple(sum(gaps[1 : i + 1]) for i in range(101))
-    result = summarize("t", "A", [RequestResult(ok=True, output_tokens=101, e2e_s=times[-1],
-                                                chunk_times_s=times)], duration_s=1.0)
+    result = summarize(
+        "t",
+        "A",
+        [RequestResult(ok=True, output_tokens=101, e2e_s=times[-1], chunk_times_s=times)],
+        duration_s=1.0,
+    )
     assert result.p99_itl_ms == pytest.approx(99.01 * 1000)
 
 
@@ -66,12 +79,26 @@ engines:
 """
 
 
-def test_fleet_run_prints_the_json_contract_for_every_engine(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_fleet_run_prints_the_json_contract_for_every_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(FLEET)
-    code = main(["bench", "scenarios", "--fleet", str(fleet), "--json", "--requests", "2",
-                 "--scenario", "D", "--time-scale", "100"])
+    code = main(
+        [
+            "bench",
+            "scenarios",
+            "--fleet",
+            str(fleet),
+            "--json",
+            "--requests",
+            "2",
+            "--scenario",
+            "D",
+            "--time-scale",
+            "100",
+        ]
+    )
     assert code == 0
     results = json.loads(capsys.readouterr().out)["results"]
     assert [(r["target"], r["scenario"]) for r in results] == [("plain", "D"), ("mtp", "D")]

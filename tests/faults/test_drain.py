@@ -19,7 +19,7 @@ import orjson
 import yaml
 from fault_rig import MODEL, fleet_spec
 
-from gateway.bench.soak import wait_ready
+from gateway.bench.gateway_proc import wait_ready
 from gateway.sim.runner import TwinFleet
 
 DRAIN_S = 10.0

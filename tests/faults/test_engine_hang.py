@@ -51,6 +51,8 @@ class Load:
     streams: int  # clients streaming back to back all along
     bound_s: float  # no request may take longer
     stream_tokens: int = 200
+    streamed_arrivals: bool = True  # every other new request streamed; False: all whole (non-streamed)
+    arrival_tokens: int = 32
     warm_s: float = 3.0  # load before the stop
     after_s: float = 6.0  # load after the continue
 
@@ -203,9 +205,9 @@ async def _drive(gateway: Gateway, session: aiohttp.ClientSession, url: str, run
                 run.continued_at = time.monotonic()
             if now >= end_at:
                 break
-            sent = Sent(f"r{i}", i % 2 == 0, now)
+            sent = Sent(f"r{i}", load.streamed_arrivals and i % 2 == 0, now)
             run.sent.append(sent)
-            tasks.append(asyncio.create_task(_send(session, url, sent, 32)))
+            tasks.append(asyncio.create_task(_send(session, url, sent, load.arrival_tokens)))
             await asyncio.sleep(1.0 / load.rps)
         until.set()
         await asyncio.gather(*tasks)
@@ -261,6 +263,16 @@ async def test_a_stopped_engine_is_left_within_seconds_and_its_parked_requests_f
     tmp_path: Path,
 ) -> None:
     check(await hang_run(tmp_path, Load(stop_s=20.0, rps=2.0, streams=5, bound_s=15.0)))
+
+
+async def test_a_stopped_engine_with_only_whole_answers_in_flight_is_left_within_seconds(
+    tmp_path: Path,
+) -> None:
+    """No stream to fall silent: the engine's health probe and /metrics scrape go unanswered while
+    requests wait there, which a busy engine would still answer."""
+    load = Load(stop_s=20.0, rps=3.0, streams=0, bound_s=15.0, streamed_arrivals=False, arrival_tokens=100)
+    figures = check(await hang_run(tmp_path, load))
+    assert figures["cut_mid_stream"] == 0
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ and a request whose every candidate is down waits (bounded) for a restarting one
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fault_rig import Rig, fleet_spec, rig
 
@@ -111,3 +112,32 @@ async def test_an_open_breaker_cooling_down_after_the_deadline_is_refused_at_onc
         answer = await r.chat()
     assert answer.status == 503 and answer.headers["retry-after"] == "1"
     assert answer.seconds < 1.5  # no wait for a cool-down the deadline cannot reach
+
+
+async def test_a_request_cut_on_a_stalled_backend_waits_for_its_mark_to_lift() -> None:
+    """Its only backend stops answering anything (a SIGSTOP): the hang watch cuts the request waiting
+    there, and with no other candidate it waits, within its queue deadline, for the backend's next answer
+    rather than failing with a 504 that could have been served."""
+    settings = {
+        "timeouts": {"first_byte_s": 30.0},
+        "queue": {"timeout_s": 10.0},
+        "stall": {"min_silence_s": 1.0},
+    }
+    async with rig(fleet_spec("a"), **settings) as r:
+        engine = r.fleet.engine("a")
+        engine.hang()
+        pending = asyncio.create_task(r.chat(stream=True))
+        async with asyncio.timeout(10):
+            while r.gateway.registry.backends["a"].stalled_since is None:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)
+        assert not pending.done()  # cut, and waiting for a comeback
+        _resume(engine)  # SIGCONT: it answers again
+        answer = await asyncio.wait_for(pending, 10)
+    assert answer.stream_ok and answer.backend == "a", answer.raw[-300:]
+
+
+def _resume(engine: Any) -> None:
+    """The twin's hang ends as a stopped process continues: what waited is served."""
+    engine.phase = "ready"
+    engine._awake.set()

@@ -57,3 +57,15 @@ async def test_a_hang_after_the_first_token_is_cut_at_the_idle_gap() -> None:
     assert b"upstream_stream_error" in rest and b"idle timeout" in rest
     assert rest.rstrip().endswith(b"data: [DONE]")
     assert 0.3 < cut_after < 2.0  # the idle gap (0.5 s), far below the first-token timeout (5 s)
+
+
+async def test_failovers_share_the_requests_time_for_its_first_content() -> None:
+    """Three engines each slower to a first token than the first-token timeout: each failover used to
+    start a fresh wait, three of them end to end. A request's whole time for its first content is its
+    queue deadline plus one first-token timeout (0.3 + 0.5 s here), shared by its attempts."""
+    timeouts = {"first_byte_s": 0.5, "idle_s": 5.0}
+    settings = {"timeouts": timeouts, "queue": {"timeout_s": 0.3}, "limits": {"max_attempts": 3}}
+    async with rig(fleet_spec("a", "b", "c", perf=SLOW_PREFILL), stall={"enabled": False}, **settings) as r:
+        answer = await r.chat(stream=True, max_tokens=16)
+    assert answer.status == 504 and b"first-token timeout" in answer.raw, answer.raw[-300:]
+    assert answer.seconds < 1.15, answer.seconds  # 0.8 s of budget, not three times 0.5 s

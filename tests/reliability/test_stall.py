@@ -127,3 +127,59 @@ async def test_a_disabled_watch_marks_nothing() -> None:
     clock.t += 60.0
     watch.check()
     assert registry.backends["a"].stalled_since is None and watched.cut is None
+
+
+async def test_whole_answers_on_a_backend_whose_control_plane_is_silent_are_moved() -> None:
+    clock = FakeClock()
+    watch, registry = make(clock)
+    waiting = watch.enter("a", False, 100)  # a non-streamed request: nothing comes until it is done
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(None) as scope:
+            waiting.scope = scope
+            clock.t += 1.0
+            watch.control_unanswered("a", 0.8)  # a /metrics scrape timed out
+            clock.t += 1.0
+            watch.control_unanswered("a", 0.8)  # and the next
+            clock.t += 0.5
+            watch.check()
+            assert registry.backends["a"].stalled_since is None  # 2.5 s: under the 3 s floor
+            clock.t += 1.0
+            watch.check()
+            assert registry.backends["a"].stalled_since is not None
+            assert "answers nothing" in registry.backends["a"].stall_detail
+            await asyncio.sleep(1)  # the cut lands here, at once
+    assert waiting.cut is not None and "backend a stalled" in waiting.cut
+    assert watch.counts()["a"] == (1, 1, 0)
+    watch.leave(waiting)
+    watch.control_answered("a")  # it answers again (SIGCONT): back at once
+    assert registry.backends["a"].stalled_since is None
+
+
+async def test_a_busy_engine_that_answers_its_control_plane_is_never_unresponsive() -> None:
+    clock = FakeClock()
+    watch, registry = make(clock)
+    watch.enter("a", False, 400_000)  # a long prefill, the answer minutes away
+    for _ in range(600):  # ten minutes of scrapes each second, one in three slow
+        clock.t += 1.0
+        if int(clock.t) % 3:
+            watch.control_answered("a")
+        else:
+            watch.control_unanswered("a", 0.8)
+        watch.check()
+        assert registry.backends["a"].stalled_since is None
+
+
+async def test_one_slow_scrape_or_an_idle_backend_is_not_unresponsive() -> None:
+    clock = FakeClock()
+    watch, registry = make(clock)
+    watch.control_unanswered("b", 5.0)  # b has nothing in flight: the prober judges it
+    watch.enter("a", False, 100)
+    watch.control_unanswered("a", 0.8)  # a single slow scrape on a loaded host
+    clock.t += 10.0
+    watch.enter("b", False, 100)  # b just became busy: its silence counts from now
+    watch.check()
+    assert registry.backends["a"].stalled_since is None
+    assert registry.backends["b"].stalled_since is None
+    clock.t += 3.5
+    watch.check()
+    assert registry.backends["b"].stalled_since is not None  # busy, silent and a probe unanswered

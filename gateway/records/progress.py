@@ -1,0 +1,32 @@
+"""Requests still in flight, as far as each has gone: what routing may read of them before they finish."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """One request in flight on a backend (stats/progress.py keeps them; times are seconds).
+
+    A finished request says how fast its backend was; one in flight already says how slow it is at least:
+    a long wait for the first content, or content relayed at a slow pace, shows before the answer ends.
+    """
+
+    profile: str
+    concurrency: int  # the backend's in-flight count at dispatch, this request included
+    stream: bool
+    elapsed_s: float  # since dispatch
+    # Share of `elapsed_s` (0..1) during which another backend of its device had requests in flight.
+    device_share: float = 0.0
+    first_content_s: float | None = None  # dispatch -> first content; None: no content yet
+    frames: int = 0  # content frames relayed so far
+    recent_itl_s: float | None = None  # mean gap between its newest content frames; None: fewer than two
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A backend's requests in flight: how many, and the longest-running of them (a bounded view)."""
+
+    inflight: int = 0
+    requests: tuple[InFlight, ...] = ()

@@ -1,0 +1,112 @@
+"""Requests in flight, as far as each has gone: the partial observations adaptive routing reads before an
+answer ends (docs/measurement.md, section 8).
+
+A finished request becomes a Sample only at its last byte; on a backend that slows down mid-run that is a
+whole request's duration later (a minute for a long answer), while every stream it is serving already shows
+the slow-down in the pace of its content frames. Dispatch accounting (proxy/accounting.py) notes each attempt
+here when it is sent and forgets it when it ends; the SSE relay attaches its stream meter once the stream
+is pumped. `view(backend)` turns what is known into plain `InFlight` records for the router (handed in by
+app.py, like the engine hints), bounded to the longest-running requests, which say the most.
+
+The hot path pays a dict insertion and removal per attempt; the reading happens when the router asks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from gateway.records import InFlight, Progress
+
+# Requests of one backend handed to the router per view: the longest-running first. A batch of an engine
+# (16 to 32 sequences) fits, and the router's work per decision stays bounded whatever the load.
+MAX_VIEW = 32
+# The newest content gaps a stream's current pace is taken from: enough to average out one long step (a
+# neighbour's prefill chunk), recent enough to show a slow-down within a few seconds of it.
+RECENT_GAPS = 16
+
+Clock = Callable[[], float]
+
+
+class Meter(Protocol):
+    """What the SSE meter (proxy/stream.py) measures of a stream so far, on the `perf_counter` clock."""
+
+    @property
+    def first_token_at(self) -> float | None: ...
+
+    @property
+    def content_frames(self) -> int: ...
+
+    @property
+    def itl(self) -> Sequence[float]: ...
+
+
+class Attempt:
+    """One attempt in flight: where it went, when, at what load; its stream meter once it streams."""
+
+    __slots__ = ("backend", "profile", "concurrency", "stream", "sent", "shared_at", "meter")
+
+    def __init__(
+        self, backend: str, profile: str, concurrency: int, stream: bool, sent: float, shared_at: float
+    ) -> None:
+        self.backend = backend
+        self.profile = profile
+        self.concurrency = concurrency
+        self.stream = stream
+        self.sent = sent  # perf_counter, the stream meter's clock
+        self.shared_at = shared_at  # the backend's device-shared seconds when it was sent
+        self.meter: Meter | None = None
+
+
+class ProgressBook:
+    """The attempts in flight per backend. `shared_seconds` is the dispatcher's device-time reading
+    (accounting.DeviceTime), set when the book is attached to it."""
+
+    def __init__(self, clock: Clock = time.perf_counter) -> None:
+        self.clock = clock
+        self.shared_seconds: Callable[[str], float] = lambda backend: 0.0
+        self._attempts: dict[str, dict[Attempt, None]] = {}  # backend -> attempts, oldest first
+
+    def started(
+        self, backend: str, profile: str, concurrency: int, stream: bool, shared_at: float
+    ) -> Attempt:
+        attempt = Attempt(backend, profile, concurrency, stream, self.clock(), shared_at)
+        self._attempts.setdefault(backend, {})[attempt] = None
+        return attempt
+
+    def ended(self, attempt: Attempt) -> None:
+        attempts = self._attempts.get(attempt.backend)
+        if attempts is not None:
+            attempts.pop(attempt, None)
+
+    def view(self, backend: str) -> Progress:
+        """`backend`'s attempts in flight: their number and the longest-running (at most MAX_VIEW) as plain
+        records."""
+        attempts = self._attempts.get(backend)
+        if not attempts:
+            return Progress()
+        now = self.clock()
+        shared_now = self.shared_seconds(backend)
+        oldest = [a for a, _ in zip(attempts, range(MAX_VIEW), strict=False)]  # insertion order: oldest first
+        return Progress(len(attempts), tuple(_record(a, now, shared_now) for a in oldest))
+
+
+def _record(attempt: Attempt, now: float, shared_now: float) -> InFlight:
+    elapsed = max(0.0, now - attempt.sent)
+    share = min(1.0, max(0.0, (shared_now - attempt.shared_at) / elapsed)) if elapsed > 0 else 0.0
+    meter = attempt.meter
+    first = meter.first_token_at if meter is not None else None
+    if meter is None or first is None:
+        return InFlight(attempt.profile, attempt.concurrency, attempt.stream, elapsed, share)
+    gaps = meter.itl[-RECENT_GAPS:]
+    return InFlight(
+        attempt.profile,
+        attempt.concurrency,
+        attempt.stream,
+        elapsed,
+        share,
+        first_content_s=max(0.0, first - attempt.sent),
+        frames=meter.content_frames,
+        recent_itl_s=sum(gaps) / len(gaps) if gaps else None,
+    )

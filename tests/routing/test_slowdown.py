@@ -1,0 +1,95 @@
+"""The engine-wide slow-down factor (routing/slowdown.py): robust evidence from requests in flight, contention
+that the device share explains not counted, and one profile's shift applied to the cells that predate it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.records import InFlight, Progress, Sample
+from gateway.routing.cells import CellModel, build_model
+from gateway.routing.slowdown import DecodePace, decode_pace, engine_slowdown, scaled
+
+
+def stream_samples(itl: float, n: int = 12, shared: bool = False) -> list[Sample]:
+    """Finished streams of one profile at loads 1..8; 1.8x slower frames while the neighbour is busy."""
+    out = []
+    for i in range(n):
+        c, z = 1 + i % 8, 1.0 if shared and i % 3 else 0.0
+        gap = (itl + 0.001 * c) * (1.0 + 0.8 * z)
+        out.append(Sample(e2e=0.2 + 99 * gap, ttft=0.2, output_tokens=100, prompt_tokens=500, concurrency=c,
+                          mean_itl=gap, device_share=z))
+    return out
+
+
+def streaming(gap: float, n: int, c: int = 2, share: float = 0.0) -> list[InFlight]:
+    return [InFlight("chat", c, True, 3.0, share, first_content_s=0.2, frames=40, recent_itl_s=gap)
+            for _ in range(n)]
+
+
+def slowdown(samples: list[Sample], requests: list[InFlight], busy: bool = False) -> float:
+    model, pace = build_model(samples), decode_pace(samples)
+    progress = Progress(len(requests), tuple(requests))
+
+    def cell(profile: str) -> CellModel:
+        return model
+
+    def paced(profile: str) -> DecodePace:
+        return pace
+
+    return engine_slowdown(progress, ["chat"], cell, paced, device_busy=busy, min_samples=5).live
+
+
+def test_streams_in_flight_at_a_slower_pace_make_the_factor() -> None:
+    samples = stream_samples(0.020)
+    assert slowdown(samples, streaming(0.026 * 2.5, 6)) > 2.0  # 0.026 s: the fit at the 6 in flight
+    assert slowdown(samples, streaming(0.026, 6)) == 1.0  # on the fit: no slow-down
+
+
+def test_a_load_its_streams_never_met_is_not_a_slow_down() -> None:
+    samples = stream_samples(0.020)  # measured up to 8 in flight
+    assert slowdown(samples, streaming(0.026 * 2.5, 6)) > 2.0
+    assert slowdown(samples, streaming(0.026 * 2.5, 12)) == 1.0  # 12 in flight: beyond what the fit knows
+
+
+def test_a_single_slow_request_is_not_a_slow_down() -> None:
+    samples = stream_samples(0.020)
+    assert slowdown(samples, streaming(0.023 * 3, 1)) == 1.0  # too little evidence
+    # Two slow streams among five on the fit: the median is on the fit.
+    assert slowdown(samples, streaming(0.027 * 3, 2) + streaming(0.027, 5)) == 1.0
+
+
+def test_contention_the_device_share_explains_is_not_counted_twice() -> None:
+    samples = stream_samples(0.020, n=24, shared=True)
+    slow_by_neighbour = 0.026 * 1.8  # what the fit's contention term predicts with the neighbour busy
+    assert slowdown(samples, streaming(slow_by_neighbour, 6), busy=True) == 1.0
+    assert slowdown(samples, streaming(slow_by_neighbour * 2.5, 6), busy=True) > 2.0
+
+
+def test_a_wait_shorter_than_the_predicted_ttft_says_nothing_and_a_long_one_is_a_lower_bound() -> None:
+    samples = stream_samples(0.020)
+    fresh = [InFlight("chat", 2, True, 0.1) for _ in range(8)]  # predicted TTFT 0.2 s: not yet late
+    assert slowdown(samples, fresh) == 1.0
+    late = [InFlight("chat", 2, True, 0.6) for _ in range(8)]  # 3x the predicted TTFT and still waiting
+    assert slowdown(samples, late) > 2.9
+
+
+def test_a_profile_whose_fit_moved_scales_the_cells_that_predate_it() -> None:
+    fast, slow = stream_samples(0.020, n=20), stream_samples(0.020 * 2.5, n=5)
+    moved = decode_pace(fast + slow)
+    assert 2.0 < moved.shift < 3.0
+    stale = build_model(fast)  # another profile's cell, measured before the change
+    current = build_model(fast + slow)  # the cell that changed regime: its fit holds the change already
+    assert current.regime_run > 0 and stale.regime_run == 0
+
+    def cell(profile: str) -> CellModel:
+        return current if profile == "chat" else stale
+
+    def pace(profile: str) -> DecodePace:
+        return moved if profile == "chat" else decode_pace(fast)
+
+    found = engine_slowdown(Progress(), ["chat", "code"], cell, pace, device_busy=False, min_samples=5)
+    assert found.for_cell(current) == 1.0
+    assert found.for_cell(stale) == moved.shift
+    grown = scaled(stale, found.for_cell(stale))
+    assert stale.tpot is not None and grown.tpot is not None
+    assert grown.tpot.at(2) == pytest.approx(stale.tpot.at(2) * moved.shift)

@@ -1,0 +1,44 @@
+"""The progress book: requests in flight as far as each has gone, as plain records for the router."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.stats.progress import MAX_VIEW, ProgressBook
+
+
+@dataclass
+class FakeMeter:
+    first_token_at: float | None = None
+    content_frames: int = 0
+    itl: list[float] = field(default_factory=list)
+
+
+def test_a_request_is_seen_from_dispatch_to_its_end_with_what_its_stream_relayed() -> None:
+    now = [100.0]
+    shared = {"x": 0.0}
+    book = ProgressBook(clock=lambda: now[0])
+    book.shared_seconds = shared.__getitem__
+    attempt = book.started("x", "chat", concurrency=3, stream=True, shared_at=0.0)
+    now[0], shared["x"] = 102.0, 1.0  # a neighbour busy for one of the two seconds
+    waiting = book.view("x")
+    assert waiting.inflight == 1
+    assert waiting.requests[0].elapsed_s == 2.0 and waiting.requests[0].first_content_s is None
+    assert waiting.requests[0].device_share == 0.5 and waiting.requests[0].concurrency == 3
+    attempt.meter = FakeMeter(first_token_at=100.5, content_frames=21, itl=[0.01] * 4 + [0.05] * 16)
+    streaming = book.view("x").requests[0]
+    assert streaming.first_content_s == 0.5 and streaming.frames == 21
+    assert streaming.recent_itl_s is not None and abs(streaming.recent_itl_s - 0.05) < 1e-9  # newest gaps
+    book.ended(attempt)
+    assert book.view("x").inflight == 0 and book.view("y").requests == ()
+
+
+def test_the_view_is_bounded_to_the_longest_running() -> None:
+    now = [0.0]
+    book = ProgressBook(clock=lambda: now[0])
+    for i in range(MAX_VIEW + 10):
+        now[0] = float(i)
+        book.started("x", "chat", concurrency=i + 1, stream=False, shared_at=0.0)
+    view = book.view("x")
+    assert view.inflight == MAX_VIEW + 10 and len(view.requests) == MAX_VIEW
+    assert view.requests[0].concurrency == 1  # the oldest first
