@@ -119,6 +119,8 @@ class Registry:
         self.backends = {
             b.name: BackendState(b, since=clock(), load=self.inflight) for b in settings.backends
         }
+        # The config's backends, as against those added at run time (engine containers, add_backend).
+        self.configured = frozenset(self.backends)
         self.pools = settings.pools
         self.startup_grace_s = settings.probe.startup_grace_s
         self._by_model = {name: pool for pool in settings.pools for name in (pool.model, *pool.aliases)}
@@ -131,6 +133,16 @@ class Registry:
         self.engine_waiting: Callable[[str], float | None] = lambda name: None
         # Whoever keeps per-backend state (admission slots), told after a backend is added or removed.
         self.membership: list[Callable[[], None]] = []
+        # The latest time a client was told to come back for each backend (a 503 with Retry-After while it
+        # warms up): an engine is not evicted before its clients were due (engines/room.py).
+        self._promised: dict[str, float] = {}
+
+    def promise(self, name: str, until: float) -> None:
+        """A client was told to come back for `name` at `until` (clock time)."""
+        self._promised[name] = max(until, self._promised.get(name, until))
+
+    def promised_until(self, name: str) -> float:
+        return self._promised.get(name, float("-inf"))
 
     def pool(self, model: str) -> PoolConfig | None:
         return self._by_model.get(model)
@@ -247,6 +259,14 @@ class Registry:
         for listener in self.listeners:
             listener(name, status)
         return True
+
+    def warming_from_now(self, name: str, detail: str) -> None:
+        """A warm-up begins now (an engine container just started): the startup grace and the ETA waiting
+        requests are told count from here, not from an earlier status change (a start that waited for
+        room first)."""
+        state = self.backends[name]
+        if not self.set_status(name, Status.STARTING, detail):
+            state.since, state.detail = self.clock(), detail
 
     def pool_ready(self, pool: PoolConfig) -> bool:
         return any(self.backends[name].status is Status.READY for name in pool.backends)

@@ -83,10 +83,12 @@ class Warmups:
         now = registry.clock()
         # Every backend is "not ready yet" when the gateway starts; one already serving at its first
         # probe was never seen warming, so it teaches nothing (see on_status).
-        self._since: dict[str, float] = dict.fromkeys(registry.backends, now)
+        # Backends added at run time (engine containers) are not followed here, whenever they were added:
+        # their warm-up is their last status change (see `warming`), which the engine manager sets.
+        self._since: dict[str, float] = dict.fromkeys(registry.configured, now)
         self._seen_not_ready: set[str] = set()
         self._learned: dict[str, deque[float]] = {
-            name: deque(maxlen=SAMPLES_KEPT) for name in registry.backends
+            name: deque(maxlen=SAMPLES_KEPT) for name in registry.configured
         }
         self._load()
 

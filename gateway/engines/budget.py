@@ -1,7 +1,9 @@
 """Which resident engines to stop so another fits its device's memory budget: pure, on plain data.
 
-The rules, in order: a pinned engine is never chosen, nor one started less than the minimum residency
-ago (no flapping); an idle engine goes before one with requests in flight (which is drained first, never
+The rules, in order: a pinned engine is never chosen, nor one still loading (its start would be wasted
+and its clients would wait a second cold start), nor one serving for less than the minimum residency
+(no flapping), counted from when it was ready and the clients told to come back for it were due,
+whichever is later; an idle engine goes before one with requests in flight (which is drained first, never
 cut off); among the rest, the one whose loss costs least goes first, cost being its recent demand
 (requests per minute) times its measured cold start (seconds): what bringing it back would make its
 clients wait in all.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +24,13 @@ class Resident:
     memory_gib: float
     inflight: int
     pinned: bool
-    resident_s: float  # since it was started
+    # Since it was ready and the clients told to come back for it were due, whichever is later (negative
+    # before then): an engine evicted earlier breaks the Retry-After its clients were given.
+    serving_s: float
     demand_per_min: float
     cold_start_s: float
+    idle_s: float = 0.0  # since its last request
+    loading: bool = False  # started, not ready yet
 
     @property
     def cost(self) -> float:
@@ -36,6 +43,19 @@ class Eviction:
 
     evict: tuple[str, ...] = ()
     refusal: str | None = None
+
+
+class Planner(Protocol):
+    """How the manager chooses whom to evict: `plan` below, or another policy with the same inputs."""
+
+    def __call__(
+        self,
+        residents: Sequence[Resident],
+        need_gib: float,
+        budget_gib: float,
+        min_residency_s: float,
+        spare_busy: bool = False,
+    ) -> Eviction: ...
 
 
 def plan(
@@ -54,7 +74,10 @@ def plan(
     movable = [
         r
         for r in residents
-        if not r.pinned and r.resident_s >= min_residency_s and not (spare_busy and r.inflight > 0)
+        if not r.pinned
+        and not r.loading
+        and r.serving_s >= min_residency_s
+        and not (spare_busy and r.inflight > 0)
     ]
     # Idle ones first, then by cost; a tie goes to the larger footprint (fewer stops).
     movable.sort(key=lambda r: (r.inflight > 0, r.cost, -r.memory_gib))
@@ -68,7 +91,9 @@ def plan(
         held = [r.name for r in residents if r.name not in chosen]
         why = f"{need_gib:g} GiB do not fit in {budget_gib:g} GiB beside {', '.join(held) or 'nothing'}"
         busy = ", busy" if spare_busy else ""
-        return Eviction(refusal=f"{why} (pinned{busy}, or started less than {min_residency_s:g}s ago)")
+        return Eviction(
+            refusal=f"{why} (pinned, loading{busy}, or ready for less than {min_residency_s:g}s)"
+        )
     return Eviction(tuple(chosen))
 
 
@@ -90,3 +115,4 @@ def worth_swapping(
     (`eviction_wait_s`). Queued requests are batched until the first outweighs the second, and never
     longer than `max_wait_s` for the oldest of them."""
     return oldest_wait_s >= max_wait_s or waiting_cost_s >= eviction_cost_s
+

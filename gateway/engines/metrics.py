@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.engines.manager import RESIDENT, EngineManager
+from gateway.engines.engine import RESIDENT
+from gateway.engines.manager import EngineManager
 
 
 class EngineCollector(Collector):

@@ -86,10 +86,16 @@ class Reliability:
         return out
 
     def warming_refusal(self, pool: str, backends: Iterable[str], ahead_s: float = 0.0) -> Refused | None:
-        """503 `backends_warming` when every one of `backends` is warming up, None otherwise. `ahead_s`:
-        the answer as it will be that many seconds from now (explain predicts the end of a wait)."""
+        """503 `backends_warming` when every one of `backends` is warming up, None otherwise; the time it
+        tells the client to come back is kept as a promise on the first to be ready (Registry.promise).
+        `ahead_s`: the answer as it will be that many seconds from now."""
         first = self.warmups.first_ready(backends)
-        return None if first is None else warming_refused(pool, first, ahead_s)
+        if first is None:
+            return None
+        refused = warming_refused(pool, first, ahead_s)
+        registry = self.warmups.registry
+        registry.promise(first.backend, registry.clock() + ahead_s + refused.retry_after)
+        return refused
 
     def queues(self) -> dict[str, dict[str, int]]:
         return {

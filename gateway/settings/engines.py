@@ -52,4 +52,4 @@ class EngineControl(Strict):
     resync_s: float = Field(default=30.0, gt=0, description="full container listing, besides events")
     # A start that must evict gathers the requests for its model this long at most, until they outweigh
     # what the eviction costs the victims' clients (engines/budget.py); 0: it evicts at once.
-    batch_wait_s: float = Field(default=0.0, ge=0, description="longest wait to batch a swap's requests")
+    batch_wait_s: float = Field(default=900.0, ge=0, description="longest wait to batch a swap's requests")

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.backends.prober import Prober
 from gateway.backends.registry import Registry, Status
+from gateway.backends.warmup import Warmups
 from gateway.engines import labels
 from gateway.engines.docker_api import Container
 from gateway.engines.manager import EngineManager
@@ -61,10 +62,12 @@ def _engine(name: str) -> dict[str, Any]:
 
 
 async def _rig(clock: Clock) -> tuple[EngineManager, Registry]:
-    settings = Settings(
-        engines=[_engine("a"), _engine("b"), _engine("c")],
-        devices={"spark": {"memory_gib": 20}},
-        engine_control={"batch_wait_s": 300.0, "min_residency_s": 0.0},
+    settings = Settings.model_validate(
+        {
+            "engines": [_engine("a"), _engine("b"), _engine("c")],
+            "devices": {"spark": {"memory_gib": 20}},
+            "engine_control": {"batch_wait_s": 300.0, "min_residency_s": 0.0},
+        }
     )
     settings = settings.model_copy(
         update={"engines": [e.model_copy(update={"device": "spark"}) for e in settings.engines]}
@@ -143,5 +146,86 @@ async def test_a_busy_engine_is_not_evicted_while_the_bound_lasts() -> None:
         registry.inflight.remove("b")  # b idle: evicted at the next look
         assert await asyncio.wait_for(start, 5)
         assert _stops(manager) == ["stop id-b"]
+    finally:
+        await manager.stop()
+
+
+async def test_a_start_only_pinned_engines_stand_in_the_way_of_fails_at_once() -> None:
+    clock = Clock()
+    pinned = {**_engine("a"), "pinned": True, "memory_gib": 15}
+    settings = Settings.model_validate(
+        {
+            "engines": [pinned, _engine("c")],
+            "devices": {"spark": {"memory_gib": 20}},
+            "engine_control": {"batch_wait_s": 300.0, "min_residency_s": 0.0},
+        }
+    )
+    registry = Registry(settings, clock=clock)
+    manager = EngineManager(settings, registry, Prober(registry, settings.probe, _never), api=ListingApi)  # type: ignore[arg-type]
+    await manager.start()
+    try:
+        assert await manager.request_start("a", batch=False)
+        # Gathering would change nothing: the start fails now with the reason, not at the bound.
+        assert not await asyncio.wait_for(manager.request_start("c"), 2)
+        assert "do not fit" in manager.engines["c"].detail
+    finally:
+        await manager.stop()
+
+
+async def test_past_the_bound_the_swap_takes_the_first_idle_moment_before_draining_a_busy_engine() -> None:
+    clock = Clock()
+    manager, registry = await _rig(clock)
+    try:
+        _ask(manager, registry, "m-a", 20)  # a costs more to lose than b
+        registry.inflight.add("a")
+        registry.inflight.add("b")
+        start = manager.request_start("c")
+        clock.now += 301.0  # past the bound, both still serving: no drain yet
+        await asyncio.sleep(1.2)
+        assert _stops(manager) == []
+        registry.inflight.remove("a")  # the first idle moment: a goes, though b is cheaper
+        assert await asyncio.wait_for(start, 5)
+        assert _stops(manager) == ["stop id-a"]
+    finally:
+        await manager.stop()
+
+
+async def test_an_engine_is_held_until_the_clients_told_to_come_back_for_it_are_due() -> None:
+    clock = Clock()
+    manager, registry = await _rig(clock)  # a and b became ready at their expected 60 s cold start
+    try:
+        assert await manager.request_stop("b", "test")
+        start_b = manager.request_start("b", batch=False)
+        assert await start_b
+        registry.promise("b", clock.now + 60.0)  # a waiting request was told to come back then
+        clock.now += 20.0  # ready early: that client is due 40 s from now
+        registry.set_status("b", Status.READY)
+        _ask(manager, registry, "m-a", 20)  # a costs more to lose than b
+        room = manager.lifecycle.room
+        held = [r.name for r in room.residents(manager.engines["c"], clock.now) if r.serving_s < 0]
+        assert held == ["b"]
+        assert room.plan(manager.engines["c"]).evict == ("a",)  # the one not promised to anyone
+        clock.now += 41.0  # they are due: b may go (the cheaper, both idle)
+        assert room.plan(manager.engines["c"]).evict == ("b",)
+    finally:
+        await manager.stop()
+
+
+async def test_a_gathered_start_tells_waiting_requests_the_cold_start_from_the_container_start() -> None:
+    clock = Clock()
+    manager, registry = await _rig(clock)
+    try:
+        warmups = Warmups(registry, None)
+        _ask(manager, registry, "m-a", 20)  # a and b are in demand: c's start gathers requests first
+        _ask(manager, registry, "m-b", 5)
+        start = manager.request_start("c")
+        await asyncio.sleep(0.6)
+        clock.now += 301.0  # gathered up to the bound: the swap goes ahead now
+        assert await asyncio.wait_for(start, 5)
+        warming = warmups.warming("c")
+        assert warming is not None and registry.backends["c"].status is Status.STARTING
+        # Not 60 s counted from the gathering's start (already past: "expected 241 s ago"), nor a startup
+        # grace spent while the start waited for room.
+        assert (warming.elapsed_s, warming.eta_s) == (0.0, 60.0)
     finally:
         await manager.stop()

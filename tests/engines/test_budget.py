@@ -9,7 +9,7 @@ def resident(name: str, gib: float, **fields: float | bool | int) -> Resident:
     values = {
         "inflight": 0,
         "pinned": False,
-        "resident_s": 600.0,
+        "serving_s": 600.0,
         "demand_per_min": 1.0,
         "cold_start_s": 60.0,
     }
@@ -31,8 +31,8 @@ def test_the_engine_whose_loss_costs_least_goes_first() -> None:
     assert plan(residents, 70, 119, 60).evict == ("rare-fast", "rare-slow")
 
 
-def test_pinned_and_recently_started_engines_stay() -> None:
-    residents = [resident("pinned", 60, pinned=True, demand_per_min=0), resident("new", 50, resident_s=5)]
+def test_pinned_and_recently_ready_engines_stay() -> None:
+    residents = [resident("pinned", 60, pinned=True, demand_per_min=0), resident("new", 50, serving_s=5)]
     result = plan(residents, 40, 119, 60)
     assert result.evict == ()
     assert result.refusal is not None and "pinned" in result.refusal
@@ -71,3 +71,11 @@ def test_queued_requests_gather_until_they_outweigh_the_eviction_or_wait_too_lon
     )
     assert worth_swapping(waiting_cost_s=1500.0, eviction_cost_s=1000.0, oldest_wait_s=10.0, max_wait_s=900.0)
     assert worth_swapping(waiting_cost_s=500.0, eviction_cost_s=1000.0, oldest_wait_s=900.0, max_wait_s=900.0)
+
+
+def test_an_engine_still_loading_is_never_evicted() -> None:
+    # Evicting it would waste its load and make its clients wait a second cold start.
+    residents = [resident("loading", 60, loading=True, demand_per_min=0.0), resident("serving", 50)]
+    assert plan(residents, 40, 119, 60).evict == ("serving",)
+    refused = plan([resident("loading", 100, loading=True, demand_per_min=0.0)], 40, 119, 60)
+    assert refused.evict == () and refused.refusal is not None and "loading" in refused.refusal

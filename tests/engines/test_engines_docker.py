@@ -148,15 +148,17 @@ async def test_a_start_that_does_not_fit_evicts_the_cheapest_idle_engine(podman:
 
 async def test_an_engine_with_requests_in_flight_is_never_evicted(podman: Podman) -> None:
     a, b = f"busy{podman.token}", f"next{podman.token}"
-    specs = [engine(podman, a, "m-busy", memory_gib=8), engine(podman, b, "m-next", memory_gib=8)]
+    # Model names of this session only: a gateway finds every labelled container, other sessions' too.
+    busy, following = f"m-busy-{podman.token}", f"m-next-{podman.token}"
+    specs = [engine(podman, a, busy, memory_gib=8), engine(podman, b, following, memory_gib=8)]
     control = {"drain_timeout_s": 0.5}
     settings = gateway_settings(podman, specs, devices={"spark": {"memory_gib": 10}}, engine_control=control)
     async with serving(settings) as (url, gateway, session):
         manager = gateway.engines
         assert manager is not None
-        assert await chat(session, url, "m-busy") == (200, a)
+        assert await chat(session, url, busy) == (200, a)
         # A long answer in flight on a; meanwhile b is asked for and does not fit beside it.
-        long = asyncio.create_task(chat(session, url, "m-busy", max_tokens=1500))
+        long = asyncio.create_task(chat(session, url, busy, max_tokens=1500))
         await until(lambda: gateway.registry.inflight[a] > 0, "the long request is in flight")
         async with session.post(url + f"/gateway/engines/{b}/start") as response:
             assert response.status == 409  # a was drained for 0.5 s, still serving: kept, b not started
@@ -165,7 +167,7 @@ async def test_an_engine_with_requests_in_flight_is_never_evicted(podman: Podman
         assert gateway.registry.inflight[a] > 0  # the drain deadline passed before the answer ended
         assert await long == (200, a)  # the answer in flight ran to its end on a
         # Idle now: a is evicted and b starts.
-        assert await chat(session, url, "m-next") == (200, b)
+        assert await chat(session, url, following) == (200, b)
         assert str(manager.engines[a].phase) == "stopped"
 
 

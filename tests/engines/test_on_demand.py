@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.backends.prober import Prober
@@ -58,7 +58,7 @@ class FakeApi:
         pass
 
 
-async def _never(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+async def _never(url: str, headers: Mapping[str, str], timeout: float) -> tuple[int, bytes]:
     raise ConnectionRefusedError
 
 
@@ -72,7 +72,7 @@ def _manager(settings: Settings) -> tuple[EngineManager, Registry]:
 
 def _settings(*more: dict[str, Any], **fields: Any) -> Settings:
     engine = {"name": "e", "model": "m", "image": "img", "port": 9, "memory_gib": 10, "idle_ttl_s": None}
-    return Settings(engines=[engine, *more], **fields)
+    return Settings.model_validate({"engines": [engine, *more], **fields})
 
 
 async def test_a_stopped_engine_is_left_stopped_while_another_backend_of_its_model_serves() -> None:
@@ -136,7 +136,8 @@ async def test_a_request_that_comes_while_its_engine_stops_starts_it_again() -> 
         assert api.calls == ["create e", "start id-e", "stop id-e", "start id-e"]
         assert manager.stops[("e", "admin")] == 1 and manager.starts["e"] == 2
     finally:
-        api.let_stop.set()
+        if isinstance(manager.api, FakeApi):
+            manager.api.let_stop.set()
         await manager.stop()
 
 
@@ -165,13 +166,13 @@ async def test_a_docker_api_down_at_start_leaves_the_gateway_up_and_is_listed_ag
         UnreachableApi.refused.clear()
         assert await asyncio.to_thread(UnreachableApi.refused.wait, 5)  # the sync loop tried again
         listed = asyncio.Event()
-        original = manager.sync
+        original = manager.follower.sync
 
         async def sync() -> None:
             await original()
             listed.set()
 
-        manager.sync = sync  # type: ignore[method-assign]
+        manager.follower.sync = sync  # type: ignore[method-assign]
         UnreachableApi.up.set()
         await asyncio.wait_for(listed.wait(), 5)  # retried within seconds, not resync_s (30 s)
     finally:

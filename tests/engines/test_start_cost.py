@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.backends.registry import Registry, Status
-from gateway.engines.manager import EngineManager, Phase
+from gateway.engines.engine import Phase
+from gateway.engines.manager import EngineManager
 from gateway.engines.on_demand import StartOnDemand
 from gateway.engines.start_cost import queue_wait_s
 from gateway.policy.load import parse_policy

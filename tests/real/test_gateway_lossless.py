@@ -41,9 +41,16 @@ def test_the_gateway_returns_each_engines_own_text(pair_gateway: RunningGateway,
         assert through == direct
 
 
-def test_the_near_tie_flip_shows_through_the_gateway(pair_gateway: RunningGateway) -> None:
+def test_the_near_tie_flip_shows_through_the_gateway(pair_gateway: RunningGateway,
+                                                     engine_pair: EnginePair) -> None:
+    servers = (engine_pair.plain, engine_pair.speculative)
+    direct = [_text(server.port, COUNT_PROMPT, 48)[0] for server in servers]
+    if direct[0] == direct[1]:
+        # Whether a near-tie flips depends on the CPU's kernels (docs/real-engines.md): seen on some
+        # machines of this kind, not on others.
+        pytest.skip("this machine's llama-server build gives the same text with and without speculation")
     plain, _ = _text(pair_gateway.port, COUNT_PROMPT, 48, PLAIN_POOL)
     spec, _ = _text(pair_gateway.port, COUNT_PROMPT, 48, SPEC_POOL)
-    assert spec != plain
+    assert [plain, spec] == direct
     first_difference = next(i for i, (a, b) in enumerate(zip(plain, spec, strict=False)) if a != b)
     assert first_difference >= len(plain) // 2

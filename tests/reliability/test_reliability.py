@@ -65,6 +65,18 @@ def test_only_a_pool_whose_every_candidate_is_warming_is_refused_as_warming() ->
     assert mixed.warming_refusal("m", ["a"]) is not None
 
 
+def test_the_time_a_client_is_told_to_come_back_is_kept_as_a_promise_on_that_backend() -> None:
+    warming, registry = reliability({"a": Status.STARTING, "b": Status.STARTING})
+    first = warming.warmups.first_ready(["a", "b"])
+    assert first is not None and registry.promised_until(first.backend) == float("-inf")
+    warming_refused("m", first)  # what explain predicts tells no client anything: no promise
+    assert registry.promised_until(first.backend) == float("-inf")
+    refused = warming.warming_refusal("m", ["a", "b"])
+    assert refused is not None
+    told = registry.promised_until(first.backend)
+    assert told == pytest.approx(registry.clock() + refused.retry_after, abs=0.5)
+
+
 def test_the_warming_wait_defaults_to_the_queue_deadline() -> None:
     settings = Settings(queue={"timeout_s": 12.0})
     registry = Registry(settings)
