@@ -1,4 +1,4 @@
-"""An engine killed with SIGKILL under ~20 streams, the two twin engines running as processes of their own
+"""An engine killed with SIGKILL under 50 streams, the two twin engines running as processes of their own
 (`spark-gateway sim`), the gateway in front of them.
 
 A stream is committed to a backend only once it produced content: the streams that had none yet when
@@ -29,7 +29,7 @@ from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
 from gateway.records import RequestRecord
 
-STREAMS = 20
+STREAMS = 50  # the must-show: kill -9 one engine of two with 50 streams in flight
 # Engine "a" runs at most this many sequences: the rest of its streams wait in its queue, role frame sent.
 A_SEQS = 4
 TIME_SCALE = 2.0  # simulated seconds per real second: a 300-token stream lasts a couple of seconds
@@ -182,6 +182,9 @@ async def test_streams_without_content_survive_their_engine_being_killed(tmp_pat
             await asyncio.gather(*tasks)
 
     assert len(records) == STREAMS
+    ended = sum(b'{"error"' in s.raw for s in seen)
+    print(f"\n{STREAMS} streams, a killed: {len(without_content)} without content then, all completed on b; "
+          f"{ended} with content from a ended with an error frame")
     # The streams queued in "a" were tried there first, then served by "b".
     failed_over = [r for r in records if [backend for backend, _ in r.failures] == ["a"]]
     assert len(failed_over) >= waiting
