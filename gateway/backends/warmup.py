@@ -19,10 +19,7 @@ Bounded: at most `SAMPLES_KEPT` samples per configured backend, one start time p
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import math
 import statistics
 import time
 from collections import deque
@@ -32,14 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from gateway.backends.flavors import FLAVORS
-from gateway.backends.identity import BackendIdentity, identity, identity_from_json, identity_json
+from gateway.backends.identity import BackendIdentity, identity
 from gateway.backends.registry import Registry, Status
-from gateway.state_files import write_atomic
+from gateway.backends.samples_file import SamplesFile
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "warmup.json"
-FORMAT_VERSION = 1
 # The median of five is robust to one odd warm-up (a cold compile cache, a host busy downloading) and
 # follows a changed engine configuration after three warm-ups.
 SAMPLES_KEPT = 5
@@ -79,7 +75,8 @@ class Warmups:
     ) -> None:
         self.registry = registry
         self.wall = wall  # epoch seconds, only to show times to operators
-        self._path = Path(state_dir) / FILE_NAME if state_dir is not None else None
+        path = Path(state_dir) / FILE_NAME if state_dir is not None else None
+        self._file = SamplesFile(path, "backends", SAMPLES_KEPT, MAX_SAMPLE_S, "warm-up", log)
         now = registry.clock()
         # Every backend is "not ready yet" when the gateway starts; one already serving at its first
         # probe was never seen warming, so it teaches nothing (see on_status).
@@ -182,31 +179,10 @@ class Warmups:
         self._save()
 
     def _save(self) -> None:
-        # Once per finished warm-up and under a kilobyte: written at once, on the caller's thread.
-        if self._path is None:
-            return
-        entries = [
-            {**identity_json(self._identity(name)), "samples": list(samples)}
-            for name, samples in self._learned.items()
-            if samples
-        ]
-        document = {"version": FORMAT_VERSION, "backends": entries}
-        try:
-            write_atomic(self._path, json.dumps(document, separators=(",", ":")).encode())
-        except OSError as exc:  # an unwritable state dir costs the memory of warm-ups, nothing else
-            log.warning("could not save warm-ups to %s: %s", self._path, exc)
+        self._file.save({self._identity(name): samples for name, samples in self._learned.items()})
 
     def _load(self) -> None:
-        if self._path is None:
-            return
-        try:
-            document = json.loads(self._path.read_bytes())
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring unreadable warm-up file %s: %s", self._path, exc)
-            return
-        for saved, samples in _decode(document):
+        for saved, samples in self._file.load().items():
             # A backend no longer configured, or another engine behind its name, is forgotten.
             if saved.name in self._learned and saved == self._identity(saved.name):
                 self._learned[saved.name].extend(samples)
@@ -215,29 +191,3 @@ class Warmups:
         served = (pool.served_name(backend) for pool in self.registry.pools if backend in pool.backends)
         return identity(backend, self.registry.backends[backend].config.url, served)
 
-
-def _decode(document: Any) -> list[tuple[BackendIdentity, list[float]]]:
-    """(backend identity, learned warm-ups oldest first) per saved backend; anything malformed is skipped."""
-    if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
-        return []
-    entries = document.get("backends")
-    if not isinstance(entries, list):
-        return []
-    out = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        saved, raw = identity_from_json(entry), entry.get("samples")
-        if saved is None or not isinstance(raw, list):
-            continue
-        samples = [s for s in (_seconds(value) for value in raw) if s is not None][-SAMPLES_KEPT:]
-        out.append((saved, samples))
-    return out
-
-
-def _seconds(value: Any) -> float | None:
-    with contextlib.suppress(TypeError, ValueError):
-        seconds = float(value)
-        if math.isfinite(seconds) and 0 < seconds <= MAX_SAMPLE_S:
-            return seconds
-    return None
