@@ -74,17 +74,17 @@ the request really went there. The knobs (min_samples, explore_epsilon, toleranc
 the policy's `adaptive` block (with refresh_requests and refresh_s), read per request, so a reload
 applies to the next one.
 
-`verdict()` is the pure part (plain data in, scores and reasons out); `AdaptiveScorer` gathers its inputs
-(cached fits over the caller's windows, the engine hints it is handed) and is the router's objective
-scorer (scorers.CandidateScorer, named "objective"): evaluated once per request, over the backends that
-serve now and those that could serve once back.
+routing/verdict.py is the pure part (predictions in, scores and reasons out); `AdaptiveScorer` gathers
+its inputs (cached fits over the caller's windows, the engine hints it is handed) and is the router's
+objective scorer (scorers.CandidateScorer, named "objective"): evaluated once per request, over the
+backends that serve now and those that could serve once back.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.policy.schema import Adaptive
@@ -104,14 +104,7 @@ from gateway.routing.pacing import (
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
-
-KNOWN_FLOOR = 0.25  # the lowest score of a backend with a prediction
-UNKNOWN_WEIGHT = 0.2  # a backend without one scores prior x this: always below every prediction
-# A backend failing every request counts as this share of its requests succeeding: 20x worse than a
-# healthy one, not infinitely (its prediction still ranks it among the others).
-MIN_SUCCESS_SHARE = 0.05
-# Predictions are floored at this before gaps are taken, so a zero (a degenerate fit) divides nothing by 0.
-SMALLEST_VALUE = 1e-9
+from gateway.routing.verdict import Verdict, verdict
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
@@ -132,72 +125,6 @@ class CellView:
     @property
     def error_rate(self) -> float:
         return self.errors / self.count if self.count else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    scores: dict[str, float]
-    predictions: tuple[Prediction, ...]
-    prior: dict[str, float]
-    explored: Exploration | None
-    why: str
-    costs: dict[str, float] = field(default_factory=dict)  # objective after the error-rate correction
-    plan: ExplorationPlan | None = None  # what booking this request would do to the exploration state
-
-
-def effective_value(prediction: Prediction, error_rate: float) -> float | None:
-    """The objective per successful request: time / (1 - errors), speed x (1 - errors)."""
-    if prediction.value is None:
-        return None
-    ok = max(1.0 - error_rate, MIN_SUCCESS_SHARE)
-    return prediction.value * ok if prediction.higher_is_better else prediction.value / ok
-
-
-def verdict(
-    predictions: Sequence[Prediction],
-    error_rates: Mapping[str, float],
-    prior: Mapping[str, float],
-    explored: Exploration | None,
-    tolerance: float,
-) -> Verdict:
-    """Scores in [0, 1] per backend from its prediction (pure; formulas in the module docstring)."""
-    names = [p.backend for p in predictions]
-    if explored is not None:
-        scores = {name: 1.0 if name == explored.backend else 0.0 for name in names}
-        return Verdict(scores, tuple(predictions), dict(prior), explored, f"exploring {explored.why}")
-    values = {
-        p.backend: max(v, SMALLEST_VALUE)
-        for p in predictions
-        if (v := effective_value(p, error_rates.get(p.backend, 0.0))) is not None
-    }
-    if not values:
-        scores = {name: prior.get(name, 0.0) for name in names}
-        why = "no backend has enough samples yet: the policy's prefer order is the prior"
-        return Verdict(scores, tuple(predictions), dict(prior), None, why)
-    higher = predictions[0].higher_is_better
-    best = max(values.values()) if higher else min(values.values())
-    gaps = {name: (best / v if higher else v / best) - 1.0 for name, v in values.items()}
-    scale = max(max(gaps.values()), tolerance)
-    scores = {
-        name: KNOWN_FLOOR + (1 - KNOWN_FLOOR) * (1.0 - gaps[name] / scale)
-        if name in values
-        else UNKNOWN_WEIGHT * prior.get(name, 0.0)
-        for name in names
-    }
-    return Verdict(scores, tuple(predictions), dict(prior), None, _why(predictions, values, gaps), values)
-
-
-def _why(predictions: Sequence[Prediction], values: Mapping[str, float], gaps: Mapping[str, float]) -> str:
-    ordered = sorted(values, key=lambda name: gaps[name])
-    objective = predictions[0].objective
-    unit = "tok/s" if predictions[0].higher_is_better else "s"
-    winner = ordered[0]
-    parts = [f"{winner} predicted best for {objective}: {values[winner]:.3g} {unit}"]
-    parts += [f"{name} {values[name]:.3g} {unit} ({gaps[name] * 100:+.0f}%)" for name in ordered[1:]]
-    missing = [p.backend for p in predictions if p.backend not in values]
-    if missing:
-        parts.append(f"not yet measured (ranked after): {', '.join(missing)}")
-    return "; ".join(parts)
 
 
 def charged(

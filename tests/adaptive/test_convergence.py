@@ -4,9 +4,10 @@ from collections.abc import Sequence
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, Sample
-from gateway.routing.adaptive import AdaptiveScorer, Verdict
+from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.context import RouteContext
 from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.verdict import Verdict
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import POLICY, Clock, make_router, sent, serve, with_adaptive
 
