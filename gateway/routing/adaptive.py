@@ -552,12 +552,6 @@ class AdaptiveScorer:
         if known is not None and known[0] == at:
             return known[1]
         progress = self.progress(backend) if self.progress is not None else Progress()
-        device = self.devices.get(backend)
-        busy = device is not None and any(
-            self.progress(other).inflight > 0
-            for other, shared in self.devices.items()
-            if shared == device and other != backend and self.progress is not None
-        )
 
         def cell(profile: str) -> CellModel:
             return self.cache.get(self.windows, backend, profile, at)
@@ -567,7 +561,8 @@ class AdaptiveScorer:
 
         profiles = [profile, *(p for p in seen if p != profile)]
         profiles += {r.profile: None for r in progress.requests if r.profile not in seen}
-        slowed = engine_slowdown(progress, profiles, cell, pace, device_busy=busy, min_samples=MIN_SAMPLES)
+        last = known[1] if known is not None else None
+        slowed = engine_slowdown(progress, profiles, cell, pace, min_samples=MIN_SAMPLES, at=at, before=last)
         if backend not in self._slowed and len(self._slowed) >= self.windows.max_cells:
             del self._slowed[next(iter(self._slowed))]
         self._slowed[backend] = (at, slowed)

@@ -11,16 +11,19 @@ than predicted. So, per backend, pure functions on plain data:
   content frames (ITL) against load (c, device share); per profile, because a step over long prompts' KV
   takes longer. Frames, not tokens, on both sides: a speculative engine sends several tokens per frame.
   A stream in flight with MIN_FRAMES frames: its newest gaps / its profile's fit at the load now (the
-  backend's in-flight count, never below the load it met at dispatch; whether a device neighbour is busy
-  now).
+  backend's in-flight count, never below the load it met at dispatch) and at the device share it has met
+  so far. Not whether a neighbour is busy at this instant: the newest gaps were served over the last
+  seconds, and a neighbour that has just taken its first request would read the whole pace as contended
+  (traffic leaving a slowed engine would hide the slow-down it is leaving for).
 - Waiting. A request with no content yet, waiting longer than its profile's predicted TTFT, is at least
   elapsed / predicted slower (a stream); a whole (non-streamed) one, elapsed / predicted e2e. A shorter
   wait says nothing yet and is left out.
 
 - Finished. When fewer than MIN_EVIDENCE requests in flight say something (the traffic has left the
   backend, or it serves a few at a time), the newest finished streams of its profiles make up the rest:
-  each one's mean gap / its profile's fit at the load it met, newest first. So the factor holds once
-  traffic has moved away (what moved it is then finished), until the fits have taken the slow answers in.
+  each one's mean gap / the fit of its profile's streams before the newest MIN_EVIDENCE at the load it met,
+  newest first. So the factor holds once traffic has moved away (what moved it is then finished), until
+  the fits have taken the slow answers in.
 
 Every ratio is taken against a fit at the device share the request met, so contention that device_share
 already explains is not counted twice, and only at a load (c, device share) its profile's finished streams
@@ -28,6 +31,14 @@ already covered, as the regime check does: a fit need not extrapolate to a burst
 request slower there is not a slow-down. The live factor is the median of the ratios over every profile,
 once there are at least MIN_EVIDENCE, and only from SLOWED up: a single slow request, or a few slow steps,
 is not a slow-down; the median needs half the evidence slow.
+
+A slow-down seen is held until requests say otherwise (`held`): once the live factor is found, it stays while
+fewer than MIN_EVIDENCE requests in flight say anything, for as long as a request sent when it was last
+seen takes at the slowed pace (the longest mean e2e of its profiles' cells x the factor). Requests in flight
+say nothing when they run at a load their fits never met (the traffic that left the engine now keeps its
+device neighbour busy), and the newest finished streams were partly served before the slow-down: without
+the hold the factor would come and go with every request the neighbour takes, and traffic with it. Past the
+hold, the newest finished streams (by then served slow) speak again.
 
 What the fits already hold is not counted again: once CHANGE_RUN finished streams of a profile left its
 decode fit, the fit restarts from them (that profile's live ratios fall back to 1) and the cell's `shift`
@@ -44,8 +55,8 @@ from itertools import zip_longest
 
 from gateway.records import Progress, Sample
 from gateway.routing.cells import CellModel
-from gateway.routing.fitting import Fit, LoadPoint
-from gateway.routing.regime import SHARE_MARGIN, current_regime, expect, regime_shift
+from gateway.routing.fitting import Fit, LoadPoint, fit_load
+from gateway.routing.regime import CHANGE_RUN, SHARE_MARGIN, current_regime, expect, regime_shift
 
 # Ratios the live factor needs: fewer could be one odd request and its neighbours' noise.
 MIN_EVIDENCE = 5
@@ -84,6 +95,7 @@ class Slowdown:
     shift: float = 1.0
     evidence: int = 0  # ratios behind `live`
     slow: int = 0  # of which at or above SLOWED
+    held_until: float = 0.0  # the windows' clock: until then `live` holds without fresh evidence
 
     def for_cell(self, model: CellModel) -> float:
         """The factor a cell's predictions take: the live part, and the shift unless its own fit changed."""
@@ -113,12 +125,32 @@ def itl_points(samples: Sequence[Sample]) -> list[LoadPoint]:
 def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     """The decode pace of one cell's samples (oldest first)."""
     points = itl_points(samples)
-    fit, _ = current_regime(points)
+    fit, run = current_regime(points)
     if fit is None:
         return DecodePace()
-    newest = tuple(y / e for c, z, y in reversed(points[-MIN_EVIDENCE:]) if (e := expect(fit, c, z)) > 0)
+    regime = points[-run:] if run > 0 else points
     shares = (min(z for _, z, _ in points), max(z for _, z, _ in points))
-    return DecodePace(fit, regime_shift(points), newest, max(c for c, _, _ in points), shares)
+    pace = DecodePace(fit, regime_shift(points), (), max(c for c, _, _ in points), shares)
+    return replace(pace, newest=newest_ratios(regime, pace))
+
+
+def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float, ...]:
+    """The newest MIN_EVIDENCE streams' mean gaps over what the regime's streams before them predict (newest
+    first), at loads those covered; with too few before them, over the regime's own fit. Against a fit
+    they are part of, slow answers after a slow-down too small for a regime change would pull the fit
+    toward themselves and read as nearly on it."""
+    newest, older = regime[-MIN_EVIDENCE:], regime[:-MIN_EVIDENCE]
+    before = fit_load(older) if len(older) >= CHANGE_RUN else None
+    if before is None:
+        before, reach = pace.fit, pace
+    else:
+        zs = [z for _, z, _ in older]
+        reach = DecodePace(before, c_high=max(c for c, _, _ in older), shares=(min(zs), max(zs)))
+    if before is None:
+        return ()
+    return tuple(
+        y / e for c, z, y in reversed(newest) if reach.covers(c, z) and (e := expect(before, c, z)) > 0
+    )
 
 
 def scaled(model: CellModel, factor: float) -> CellModel:
@@ -153,22 +185,36 @@ def engine_slowdown(
     cell: Callable[[str], CellModel | None],
     pace: Callable[[str], DecodePace],
     *,
-    device_busy: bool,
     min_samples: int,
+    at: float = 0.0,
+    before: Slowdown | None = None,
 ) -> Slowdown:
     """The backend's slow-down from its requests in flight (`progress`), and the model and decode pace of
     each profile's cell (`cell(profile)`, None when unknown; `pace(profile)`), `profiles` being those it is
     known to serve, the one being decided first (for the shift and the newest finished), as the module
-    docstring says."""
+    docstring says; `before` is the last one found, `at` the windows' clock now."""
     paces = [pace(p) for p in profiles]
     shift = max((p.shift for p in paces), default=1.0)
-    ratios = live_ratios(progress, cell, pace, shift, device_busy=device_busy, min_samples=min_samples)
-    if len(ratios) < MIN_EVIDENCE:  # the newest finished of each profile in turn make up the rest
+    ratios = live_ratios(progress, cell, pace, shift, min_samples=min_samples)
+    fresh = len(ratios) >= MIN_EVIDENCE
+    if before is not None and not fresh and held(before, shift, at):
+        return replace(before, shift=shift)
+    if not fresh:  # the newest finished of each profile in turn make up the rest
         finished = [r for rank in zip_longest(*(p.newest for p in paces)) for r in rank if r is not None]
         ratios += finished[: MIN_EVIDENCE - len(ratios)]
     slow = sum(1 for r in ratios if r >= SLOWED)
     live = _median(ratios) if len(ratios) >= MIN_EVIDENCE else 1.0
-    return Slowdown(live if live >= SLOWED else 1.0, shift, len(ratios), slow)
+    if live < SLOWED:
+        return Slowdown(1.0, shift, len(ratios), slow)
+    models = [m for p in profiles if (m := cell(p)) is not None]
+    hold = live * max((m.mean_e2e for m in models), default=0.0)
+    return Slowdown(live, shift, len(ratios), slow, held_until=at + hold)
+
+
+def held(before: Slowdown, shift: float, at: float) -> bool:
+    """Whether `before`'s live factor still holds without fresh evidence: it was a slow-down, its hold has
+    not run out, and no fit has taken a slow-down in since (a larger shift: the fits now predict it)."""
+    return before.live > 1.0 and at < before.held_until and shift <= before.shift
 
 
 def live_ratios(
@@ -177,13 +223,11 @@ def live_ratios(
     pace: Callable[[str], DecodePace],
     shift: float,
     *,
-    device_busy: bool,
     min_samples: int,
 ) -> list[float]:
     """Observed / predicted for each request in flight that says something yet (see the module docstring);
     a cell that predates the backend's `shift` predicts with it."""
     ratios: list[float] = []
-    busy_now = 1.0 if device_busy else 0.0
     for r in progress.requests:
         model = cell(r.profile)
         if model is None or model.samples < min_samples:
@@ -192,8 +236,8 @@ def live_ratios(
         paced = pace(r.profile)
         if r.recent_itl_s is not None and r.frames >= MIN_FRAMES:
             load = max(progress.inflight, r.concurrency)
-            fit = paced.fit if paced.covers(load, busy_now) else None  # a load never measured: no fit
-            if fit is not None and (expected := expect(fit, load, busy_now) * factor) > 0:
+            fit = paced.fit if paced.covers(load, r.device_share) else None  # a load never measured: no fit
+            if fit is not None and (expected := expect(fit, load, r.device_share) * factor) > 0:
                 ratios.append(r.recent_itl_s / expected)
             continue
         if r.first_content_s is not None or model.ttft is None:

@@ -7,7 +7,8 @@ import pytest
 
 from gateway.records import InFlight, Progress, Sample
 from gateway.routing.cells import CellModel, build_model
-from gateway.routing.slowdown import DecodePace, decode_pace, engine_slowdown, scaled
+from gateway.routing.regime import expect
+from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
 
 
 def stream_samples(itl: float, n: int = 12, shared: bool = False) -> list[Sample]:
@@ -26,7 +27,7 @@ def streaming(gap: float, n: int, c: int = 2, share: float = 0.0) -> list[InFlig
             for _ in range(n)]
 
 
-def slowdown(samples: list[Sample], requests: list[InFlight], busy: bool = False) -> float:
+def slowdown(samples: list[Sample], requests: list[InFlight]) -> float:
     model, pace = build_model(samples), decode_pace(samples)
     progress = Progress(len(requests), tuple(requests))
 
@@ -36,7 +37,7 @@ def slowdown(samples: list[Sample], requests: list[InFlight], busy: bool = False
     def paced(profile: str) -> DecodePace:
         return pace
 
-    return engine_slowdown(progress, ["chat"], cell, paced, device_busy=busy, min_samples=5).live
+    return engine_slowdown(progress, ["chat"], cell, paced, min_samples=5).live
 
 
 def test_streams_in_flight_at_a_slower_pace_make_the_factor() -> None:
@@ -61,8 +62,8 @@ def test_a_single_slow_request_is_not_a_slow_down() -> None:
 def test_contention_the_device_share_explains_is_not_counted_twice() -> None:
     samples = stream_samples(0.020, n=24, shared=True)
     slow_by_neighbour = 0.026 * 1.8  # what the fit's contention term predicts with the neighbour busy
-    assert slowdown(samples, streaming(slow_by_neighbour, 6), busy=True) == 1.0
-    assert slowdown(samples, streaming(slow_by_neighbour * 2.5, 6), busy=True) > 2.0
+    assert slowdown(samples, streaming(slow_by_neighbour, 6, share=1.0)) == 1.0
+    assert slowdown(samples, streaming(slow_by_neighbour * 2.5, 6, share=1.0)) > 2.0
 
 
 def test_a_wait_shorter_than_the_predicted_ttft_says_nothing_and_a_long_one_is_a_lower_bound() -> None:
@@ -87,9 +88,49 @@ def test_a_profile_whose_fit_moved_scales_the_cells_that_predate_it() -> None:
     def pace(profile: str) -> DecodePace:
         return moved if profile == "chat" else decode_pace(fast)
 
-    found = engine_slowdown(Progress(), ["chat", "code"], cell, pace, device_busy=False, min_samples=5)
+    found = engine_slowdown(Progress(), ["chat", "code"], cell, pace, min_samples=5)
     assert found.for_cell(current) == 1.0
     assert found.for_cell(stale) == moved.shift
     grown = scaled(stale, found.for_cell(stale))
     assert stale.tpot is not None and grown.tpot is not None
     assert grown.tpot.at(2) == pytest.approx(stale.tpot.at(2) * moved.shift)
+
+
+def found(samples: list[Sample], requests: list[InFlight], at: float, before: Slowdown | None) -> Slowdown:
+    model, pace = build_model(samples), decode_pace(samples)
+    progress = Progress(len(requests), tuple(requests))
+    return engine_slowdown(
+        progress, ["chat"], lambda _: model, lambda _: pace, min_samples=5, at=at, before=before
+    )
+
+
+def test_a_slow_down_seen_holds_while_nothing_in_flight_says_otherwise() -> None:
+    samples = stream_samples(0.020)
+    seen = found(samples, streaming(0.026 * 2.5, 6), at=100.0, before=None)
+    assert seen.live > 2.0 and seen.held_until > 100.0
+    # The traffic left: nothing in flight, and the newest finished streams are on the fit (they were served
+    # before the slow-down). The factor holds until a request sent at 100 s has had time to finish slowly.
+    assert found(samples, [], at=100.5, before=seen).live == seen.live
+    assert found(samples, [], at=seen.held_until + 0.1, before=seen).live == 1.0
+    # Fresh evidence on the fit ends it at once.
+    assert found(samples, streaming(0.026, 6), at=100.5, before=seen).live == 1.0
+
+
+def test_a_fit_that_took_the_slow_down_in_ends_the_hold() -> None:
+    fast = stream_samples(0.020, n=20)
+    seen = found(fast, streaming(0.026 * 2.5, 6), at=100.0, before=None)
+    moved = fast + stream_samples(0.020 * 2.5, n=5)  # 5 slow answers: the fit restarts from them
+    assert found(moved, [], at=100.5, before=seen).live == 1.0
+
+
+def test_the_newest_finished_are_read_against_the_streams_before_them() -> None:
+    # 1.8x slower answers: short of the regime change's factor, so the cell's fit takes them in and drifts
+    # toward them; read against the streams before them they still show the slow-down.
+    samples = stream_samples(0.020, n=16) + stream_samples(0.020 * 1.8, n=5)
+    pace = decode_pace(samples)
+    assert pace.shift == 1.0  # no regime change
+    assert len(pace.newest) == 5 and min(pace.newest) > 1.6
+    assert pace.fit is not None
+    own = [s.mean_itl / expect(pace.fit, s.concurrency, 0.0) for s in samples[-5:] if s.mean_itl]
+    assert max(own) < 1.5  # against the fit they are part of: below SLOWED, no slow-down seen
+    assert found(samples, [], at=0.0, before=None).live > 1.6
