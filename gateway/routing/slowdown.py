@@ -140,17 +140,14 @@ def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float,
     they are part of, slow answers after a slow-down too small for a regime change would pull the fit
     toward themselves and read as nearly on it."""
     newest, older = regime[-MIN_EVIDENCE:], regime[:-MIN_EVIDENCE]
-    before = fit_load(older) if len(older) >= CHANGE_RUN else None
-    if before is None:
-        before, reach = pace.fit, pace
-    else:
+    reach = pace
+    if len(older) >= CHANGE_RUN and (before := fit_load(older)) is not None:
         zs = [z for _, z, _ in older]
         reach = DecodePace(before, c_high=max(c for c, _, _ in older), shares=(min(zs), max(zs)))
-    if before is None:
+    fit = reach.fit
+    if fit is None:
         return ()
-    return tuple(
-        y / e for c, z, y in reversed(newest) if reach.covers(c, z) and (e := expect(before, c, z)) > 0
-    )
+    return tuple(y / e for c, z, y in reversed(newest) if reach.covers(c, z) and (e := expect(fit, c, z)) > 0)
 
 
 def scaled(model: CellModel, factor: float) -> CellModel:
