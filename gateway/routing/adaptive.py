@@ -56,11 +56,7 @@ count of the usual rate, so the slow-down exploring causes per request does not 
 load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
 happens if none comes. An idle backend on a device of its own, while the winner is busy, slows nobody and
 joins no queue when explored (spreads): its credit accrues at MAX_EPSILON, so the same min_samples
-requests are spent sooner and the prior rules for fewer requests. And one not yet measured for the profile,
-alone on its device, with fewer requests in flight than the winner and not known to decode slower (`_free`),
-is free capacity once the winner's load costs the request more than `tolerance` over the winner idle: it
-scores as the winner, so load decides between them as least in-flight would
-(verdict.share_free_capacity).
+requests are spent sooner and the prior rules for fewer requests.
 
 Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
 profile is too old is due (`_stale`): a measured cell after `refresh_requests` requests of the profile
@@ -96,7 +92,6 @@ from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan, Progre
 from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows, repetitive
 from gateway.routing.context import RouteContext
 from gateway.routing.harm import DeviceLoad
-from gateway.routing.load_shape import with_borrowed_slopes
 from gateway.routing.pacing import (
     MAX_EPSILON,
     Age,
@@ -109,7 +104,7 @@ from gateway.routing.pacing import (
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
-from gateway.routing.verdict import Verdict, share_free_capacity, verdict
+from gateway.routing.verdict import Verdict, verdict
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
@@ -164,19 +159,6 @@ def spreads(backend: str, winner: str | None, device: Mapping[str, Sequence[Devi
     if winner is None or winner not in device or len(members) > 1 or members[0].inflight > 0:
         return False
     return any(d.inflight > 0 for d in device[winner] if d.backend == winner)
-
-
-def _decode_s(members: Sequence[DeviceLoad], backend: str, ctx: RouteContext) -> float | None:
-    """`backend`'s engine-wide TPOT at the load the request would join, over all its profiles' samples
-    (None while they are fewer than min_samples)."""
-    me = next(d for d in members if d.backend == backend)
-    min_samples = ctx.adaptive.min_samples
-    fit = me.model.tpot_for(ctx.features.repetition, min_samples) if me.model.samples >= min_samples else None
-    return None if fit is None else fit.at(me.inflight + 1, me.device_busy)
-
-
-def _slower(mine: float | None, best: float | None, tolerance: float) -> bool:
-    return mine is not None and best is not None and mine > best * (1 + tolerance)
 
 
 def own_content(model: CellModel, cell: CellModel, repetition: float, min_samples: int) -> CellModel:
@@ -273,43 +255,15 @@ class AdaptiveScorer:
         cells = {b.name: self._cell(b.name, ctx.profile.name, at) for b in backends}
         device = self._device_loads(backends, at)
         decided = self._verdict(ctx, backends, cells, device)
-        free = self._free(ctx, backends, device, decided)
         if not self.explore or knobs.explore_epsilon <= 0 or not backends:
-            return share_free_capacity(decided, free, knobs.tolerance)
+            return decided
         unit, measured = exploration_unit(ctx.profile.name, ctx.features.repetition, cells)
-        # Planned on the predictions alone: free capacity must not make an unmeasured backend the winner
-        # that exploration skips.
         explored, plan = self._explore(unit, knobs, measured, decided, device, at)
         if explored is None:
-            return replace(share_free_capacity(decided, free, knobs.tolerance), plan=plan)
+            return replace(decided, plan=plan)
         errors = {name: cell.error_rate for name, cell in cells.items()}
         exploring = verdict(decided.predictions, errors, decided.prior, explored, knobs.tolerance)
         return replace(exploring, plan=plan)
-
-    def _free(
-        self,
-        ctx: RouteContext,
-        backends: Sequence[BackendSnapshot],
-        device: Mapping[str, Sequence[DeviceLoad]],
-        decided: Verdict,
-    ) -> list[str]:
-        """The backends that are free capacity for this request: no prediction for the profile yet, alone
-        on their device (they slow no other engine), fewer requests in flight than the backend scored
-        best, and not known to decode slower than it (their engine-wide decode speed, over every profile,
-        at the load each would join: a measured slow engine is not capacity worth sharing)."""
-        if decided.explored is not None or not decided.scores:
-            return []
-        winner = max(decided.scores, key=decided.scores.__getitem__)
-        unmeasured = {p.backend for p in decided.predictions if p.value is None}
-        inflight = {b.name: b.inflight for b in backends}
-        best = _decode_s(device[winner], winner, ctx)
-        return [
-            name
-            for name in unmeasured
-            if len(device[name]) == 1
-            and inflight[name] < inflight[winner]
-            and not _slower(_decode_s(device[name], name, ctx), best, ctx.adaptive.tolerance)
-        ]
 
     def book(self, plan: ExplorationPlan, backend: str) -> None:
         """The dispatcher sent a request planned as `plan` to `backend`: apply the plan (pacing.py)."""
@@ -333,11 +287,6 @@ class AdaptiveScorer:
             )
             for b in backends
         }
-        # Only backends alone on their device borrow a slope: on a shared one, the pooled slope of a
-        # neighbour that had slowed down kept traffic on it (tests/adaptive/test_slowdown_in_flight.py).
-        alone = {b.name: models[b.name] for b in backends if len(device[b.name]) == 1}
-        engines = {name: next(d.model for d in device[name] if d.backend == name) for name in alone}
-        models = {**models, **with_borrowed_slopes(alone, engines)}
         steady = self._steady(ctx, models, device, config)
         predictions = [
             self._prediction(
@@ -351,27 +300,7 @@ class AdaptiveScorer:
         ]
         errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = self._prior.score(ctx, backends)
-        decided = verdict(predictions, errors, prior, None, ctx.adaptive.tolerance)
-        return replace(decided, unloaded=self._unloaded(ctx, models, config))
-
-    @staticmethod
-    def _unloaded(
-        ctx: RouteContext, models: Mapping[str, CellModel], config: PredictConfig
-    ) -> dict[str, float]:
-        """Per backend with a prediction, the request's objective on it idle, its device quiet."""
-        values = {
-            name: predict_with_model(
-                name,
-                model,
-                inflight=0,
-                objective=ctx.profile.objective,
-                max_output_tokens=ctx.features.max_output_tokens,
-                config=config,
-                repetition=ctx.features.repetition,
-            ).value
-            for name, model in models.items()
-        }
-        return {name: v for name, v in values.items() if v is not None}
+        return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance)
 
     @staticmethod
     def _steady(
@@ -381,19 +310,15 @@ class AdaptiveScorer:
         config: PredictConfig,
     ) -> dict[str, Prediction]:
         """Per backend sharing a device, the request's objective were the device's whole load on it alone
-        (its neighbours drained): what it is worth once traffic has moved, not while it moves. Only where
-        its samples reached that load: a fit measured at 1-3 requests, extrapolated to the device's 16, once
-        claimed an engine explored beside a busy neighbour would beat it, and every stress request after
-        that woke it without being charged for the neighbour it slowed."""
+        (its neighbours drained): what it is worth once traffic has moved, not while it moves."""
         steady: dict[str, Prediction] = {}
         for name, members in device.items():
-            load = sum(d.inflight for d in members)
-            if len(members) < 2 or models[name].max_c < load:
+            if len(members) < 2:
                 continue
             steady[name] = predict_with_model(
                 name,
                 models[name],
-                inflight=load,
+                inflight=sum(d.inflight for d in members),
                 objective=ctx.profile.objective,
                 max_output_tokens=ctx.features.max_output_tokens,
                 config=config,

@@ -66,11 +66,6 @@ class CellModel:
     # holds: one fit over both would average a speculative engine's two decode speeds.
     tpot_by_content: tuple[Fit | None, Fit | None] = (None, None)
     content_samples: tuple[int, int] = (0, 0)
-    max_c: int = 0  # highest concurrency measured (levels' upper end)
-
-    def ttft_low_c(self) -> float:
-        """The lowest concurrency measured (max_c when there is no TTFT fit)."""
-        return self.ttft.low_c if self.ttft is not None else self.max_c
 
     def measured_content(self, repetition: float, min_samples: int) -> bool:
         """Whether min_samples of its samples carry this request's content (repetitive or novel)."""
@@ -117,7 +112,6 @@ def build_model(samples: Sequence[Sample]) -> CellModel:
         if all(by_content)
         else (None, None),
         content_samples=(len(by_content[0]), len(by_content[1])),
-        max_c=levels[-1],
     )
 
 

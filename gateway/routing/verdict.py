@@ -9,8 +9,8 @@ the prior alone ranks. An exploration scores 1 for the backend explored and 0 fo
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from gateway.records import ExplorationPlan
 from gateway.routing.pacing import Exploration
@@ -34,7 +34,6 @@ class Verdict:
     why: str
     costs: dict[str, float] = field(default_factory=dict)  # objective after the error-rate correction
     plan: ExplorationPlan | None = None  # what booking this request would do to the exploration state
-    unloaded: dict[str, float] = field(default_factory=dict)  # the objective on each backend idle
 
 
 def effective_value(prediction: Prediction, error_rate: float) -> float | None:
@@ -90,30 +89,3 @@ def _why(predictions: Sequence[Prediction], values: Mapping[str, float], gaps: M
     if missing:
         parts.append(f"not yet measured (ranked after): {', '.join(missing)}")
     return "; ".join(parts)
-
-
-def share_free_capacity(decided: Verdict, free: Collection[str], tolerance: float) -> Verdict:
-    """The backends in `free` (not yet measured, slowing no other engine, less loaded than the winner and
-    not known to be slower: the caller's choice) score as the winner when the winner's load costs this
-    request more than `tolerance` over the winner idle, so load decides between them as least in-flight
-    would. The optimistic reading of a backend never measured: as good as the winner alone. Ranking it
-    after every prediction left it idle while a burst queued on the winner (on two boxes whose policy
-    preferred the slower engine, a 16-user burst put 26 of 48 requests on the slower one while the other
-    was still short of min_samples); sharing load that costs the winner nothing (two users on a batching
-    engine) would only trade the prior, perhaps right, for a guess."""
-    if not free or decided.explored is not None or not decided.scores:
-        return decided
-    winner = max(decided.scores, key=decided.scores.__getitem__)
-    loaded = next((p.value for p in decided.predictions if p.backend == winner), None)
-    idle = decided.unloaded.get(winner)
-    if loaded is None or idle is None or not _costs_more(loaded, idle, decided, tolerance):
-        return decided
-    top = decided.scores[winner]
-    scores = {name: top if name in free else score for name, score in decided.scores.items()}
-    why = f"{decided.why}; free capacity, not yet measured, shares the load: {', '.join(sorted(free))}"
-    return replace(decided, scores=scores, why=why)
-
-
-def _costs_more(loaded: float, idle: float, decided: Verdict, tolerance: float) -> bool:
-    higher = bool(decided.predictions) and decided.predictions[0].higher_is_better
-    return loaded * (1 + tolerance) < idle if higher else loaded > idle * (1 + tolerance)

@@ -1,7 +1,6 @@
 """Exploration's pace follows its cost: an idle backend on a device of its own, while the winner is busy,
 slows no other engine's requests and joins no queue when measured, so its cell is measured at the highest
-rate, and one not known to be slower is free capacity that load decides on; one sharing a device with a
-busy engine accrues at a fraction of the policy's epsilon."""
+rate; one sharing a device with a busy engine accrues at a fraction of the policy's epsilon."""
 
 from __future__ import annotations
 
@@ -10,54 +9,33 @@ from gateway.records import BackendSnapshot
 from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
-from tests.adaptive.routing_loop import POLICY, decode_samples, sent, with_adaptive
+from tests.adaptive.routing_loop import DECODE_POLICY, decode_samples, sent, with_adaptive
 
 NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256}
 
 
-def explored_at(
-    devices: dict[str, str] | None, x_inflight: int = 3, y_inflight: int = 0, y_decode_s: float | None = None
-) -> list[int]:
-    """Requests (0-based) that went to y, out of 20, with x measured and y not for the profile; x running
-    `x_inflight` requests, y `y_inflight`; `y_decode_s`: y's engine measured on another profile at that
-    TPOT (None: never measured)."""
+def explored_at(devices: dict[str, str] | None, x_inflight: int = 3) -> list[int]:
+    """Requests (0-based) that explored y, out of 20, with x measured and y not; y idle, x running
+    `x_inflight` requests."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for sample in decode_samples(0.020):
         recorder.record("x", "default", sample)
-    if y_decode_s is not None:
-        for sample in decode_samples(y_decode_s):
-            recorder.record("y", "chat", sample)
-    policy = parse_policy(with_adaptive(POLICY, explore_epsilon=0.25, refresh_requests=1000))
+    policy = parse_policy(with_adaptive(DECODE_POLICY, explore_epsilon=0.25, refresh_requests=1000))
     router = PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder, devices=devices))
-    pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y", inflight=y_inflight)]
+    pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
     chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(20)]
     return [i for i, name in enumerate(chosen) if name == "y"]
 
 
 def test_an_idle_backend_alone_on_its_device_is_measured_fastest_while_the_winner_is_busy() -> None:
-    # y's engine known to decode 3x slower, so not free capacity: explored at MAX_EPSILON (0.5), every
-    # second request, the same five explorations in half the requests.
-    assert explored_at({"x": "box-1", "y": "box-2"}, y_decode_s=0.060) == [1, 3, 5, 7, 9]
-    assert explored_at(None, y_decode_s=0.060) == [1, 3, 5, 7, 9]  # no device given: a device of its own
+    # MAX_EPSILON (0.5): every second request, the same five explorations in half the requests.
+    assert explored_at({"x": "box-1", "y": "box-2"}) == [1, 3, 5, 7, 9]
+    assert explored_at(None) == [1, 3, 5, 7, 9]  # no device given: a device of its own
     # The winner idle: nothing to spread, the policy's epsilon (0.25) holds.
     assert explored_at(None, x_inflight=0) == [3, 7, 11, 15, 19]
 
 
-def test_an_unmeasured_backend_alone_and_less_loaded_is_free_capacity_once_load_costs_the_winner() -> None:
-    # x at 12 in flight decodes ~24% slower than idle (beyond the 10% tolerance): y, never measured and
-    # idle, scores as x and load decides, as least in-flight would (the snapshot never fills y up here,
-    # so it takes every request).
-    assert explored_at({"x": "box-1", "y": "box-2"}, x_inflight=12) == list(range(20))
-    # Known to decode about as fast as x (its engine measured on another profile): free capacity too.
-    assert explored_at({"x": "box-1", "y": "box-2"}, x_inflight=12, y_decode_s=0.021) == list(range(20))
-    # As busy as x: not free, the policy's epsilon paces its measurement.
-    assert explored_at({"x": "box-1", "y": "box-2"}, x_inflight=12, y_inflight=12) == [3, 7, 11, 15, 19]
-    # x at 3 in flight is within the tolerance of x idle: the prior stands, y is measured at the idle pace.
-    assert explored_at({"x": "box-1", "y": "box-2"}, x_inflight=3) == [1, 3, 5, 7, 9]
-
-
 def test_a_backend_sharing_a_device_with_a_busy_engine_is_not_hurried() -> None:
     # x's newest requests met ~8 others: exploring y would slow them, so credit accrues at 0.2 / 8 of
-    # epsilon (contended_share), and no exploration falls within the first 20 requests. Nor is y free
-    # capacity: it would slow x's requests.
+    # epsilon (contended_share), and no exploration falls within the first 20 requests.
     assert explored_at({"x": "spark", "y": "spark"}) == []

@@ -97,9 +97,7 @@ SHARED = {"x": "spark", "y": "spark"}
 
 def test_exploration_waits_for_a_moment_when_it_slows_the_busy_engine_least() -> None:
     # Credit accrues at 0.5 per request, or 0.5 x 0.2 / (requests slowed) on a shared device.
-    # Separate devices: y, never measured and idle beside a loaded x, is free capacity (it scores as x
-    # and load decides, verdict.share_free_capacity), so it takes requests at once.
-    assert first_exploration(14, 0, {})[:2] == [0, 1]
+    assert first_exploration(14, 0, {})[:2] == [1, 3]  # separate devices: every second request
     assert first_exploration(0, 0, SHARED, history=False)[:2] == [1, 3]  # a quiet device: the same
     # Waking y next to x's 14 requests slows all 14: credit accrues at 0.5 x 0.2 / 14 per request, so it
     # would wait for the 140th. Deferred only up to the bound: a cell short of min_samples is due once
