@@ -166,13 +166,16 @@ class Bench:
             async with Lifespan(app):
                 await _until_ready(gateway.registry.backends)
                 async with LoopLag() as lag:
-                    outcomes, wall = await self._replay(app, fleet.clock.now)
+                    outcomes, phases = await self._replay(app, fleet.clock.now)
         scaled = [_scaled(o, self.time_scale) for o in outcomes]
+        wall = sum(phases)
         self.simulated_s += wall * self.time_scale
         result = summarize(strategy.name, scaled, wall * self.time_scale, self.unservable, strategy.detail)
         late = lag.p95()
         lag_ms = None if late is None else round(late * self.time_scale * 1000, 1)
-        return replace(result, loop_lag_p95_ms=lag_ms, faults=fault_figures(self.spec, scaled))
+        phases_s = tuple(round(p * self.time_scale, 1) for p in phases)
+        faults = fault_figures(self.spec, scaled)
+        return replace(result, loop_lag_p95_ms=lag_ms, faults=faults, phases_s=phases_s)
 
     def _settings(self, urls: Mapping[str, str], policy: Path | None) -> Settings:
         base = settings_for_fleet(self.spec, dict(urls))
@@ -185,14 +188,17 @@ class Bench:
         }
         return base.model_copy(update=update)
 
-    async def _replay(self, app: Any, now: Callable[[], float]) -> tuple[list[Outcome], float]:
+    async def _replay(self, app: Any, now: Callable[[], float]) -> tuple[list[Outcome], list[float]]:
+        """Every phase in turn: the outcomes, and each phase's wall seconds (their sum is the replay's)."""
         loop = asyncio.get_running_loop()
-        started = loop.time()
         outcomes: list[Outcome] = []
+        phases: list[float] = []
         for p, phase in enumerate(self.trace.phases):
+            started = loop.time()
             streams = (self._stream(app, st, self.bodies[p, s], outcomes, now) for s, st in enumerate(phase))
             await asyncio.gather(*streams)
-        return outcomes, loop.time() - started
+            phases.append(loop.time() - started)
+        return outcomes, phases
 
     async def _stream(
         self, app: Any, stream: Stream, bodies: list[bytes], out: list[Outcome], now: Callable[[], float]

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from gateway.bench.routing_trace import DEFAULT_TRACE, Outcome, Trace
+from gateway.bench.routing_trace import DEFAULT_TRACE, Outcome, Stream, Trace
 from gateway.stats.live import percentile
 
 LAG_WARNING = 0.05  # loop lag p95 above this share of the median request's e2e: figures are the loop's
@@ -45,6 +45,9 @@ class StrategyResult:
     round: int = 0
     routed: str = ""  # per class, successful requests per backend: "C: fp8-mtp 40, fp8-base 8; ..."
     faults: FaultFigures | None = None
+    # Simulated seconds of each phase of the trace, in order: a phase ends when its last request does, so
+    # where a strategy loses time shows phase by phase (the makespan is their sum).
+    phases_s: tuple[float, ...] = ()
 
 
 def summarize(
@@ -210,10 +213,35 @@ def render(
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines += [f"{name}: {detail}" for name, detail in oracles.items()]
     lines += [f"{r.policy} (round {r.round}) routed {r.routed}" for r in results if r.policy == "adaptive"]
+    lines += phase_lines(results, trace)
     lines += _verdict(results)
     lines += _fault_legend(results) if faulty else []
     lines += _lag_warning(results)
     return "\n".join(lines)
+
+
+def phase_lines(results: Sequence[StrategyResult], trace: Trace = DEFAULT_TRACE) -> list[str]:
+    """Per strategy, each phase's simulated seconds (median over rounds), labelled by its classes."""
+    labels = [phase_label(phase) for phase in trace.phases]
+    policies = {
+        policy: runs
+        for policy, runs in by_policy(results).items()
+        if all(len(r.phases_s) == len(labels) for r in runs)
+    }
+    if not policies:
+        return []
+    width = max(len(p) for p in policies)
+    lines = ["phases, simulated s (median over rounds): " + " | ".join(labels)]
+    for policy, runs in policies.items():
+        medians = [statistics.median(r.phases_s[i] for r in runs) for i in range(len(labels))]
+        lines.append(f"  {policy.ljust(width)}  " + " | ".join(f"{m:.1f}" for m in medians))
+    return lines
+
+
+def phase_label(phase: Sequence[Stream]) -> str:
+    """A phase's classes, joined ("D+image"); "mixed" for more than two."""
+    classes = list(dict.fromkeys(stream.cls for stream in phase))
+    return "+".join(classes) if len(classes) <= 2 else "mixed"
 
 
 def _fault_cells(runs: Sequence[StrategyResult]) -> tuple[str, str]:

@@ -4,6 +4,7 @@ several fleets (in worker processes) ending in one summary."""
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -12,7 +13,7 @@ from tqdm import tqdm
 
 import gateway.bench.routing_trace as routing_trace
 from gateway.bench.routing import Bench, Strategy
-from gateway.bench.routing_report import FaultFigures, StrategyResult, must_show, render_summary
+from gateway.bench.routing_report import FaultFigures, StrategyResult, must_show, phase_lines, render_summary
 from gateway.bench.routing_suite import EntryError, parse_entry
 from gateway.bench.routing_trace import LeastInflightRouter, stream_bodies
 from gateway.bench.routing_tracefile import load_trace
@@ -99,6 +100,8 @@ async def test_replays_send_bodies_built_before_they_start(
         monkeypatch.setattr(routing_trace, "request_body", no_prompts_now)
         result = await bench.run(Strategy("least_inflight", LeastInflightRouter))
     assert result.requests == trace.requests() and result.failures == 0
+    # One phase: its simulated seconds are the replay's.
+    assert len(result.phases_s) == 1 and result.phases_s[0] == pytest.approx(result.duration_s, abs=0.2)
 
 
 def result(
@@ -197,3 +200,20 @@ def test_one_fleet_prints_its_table_its_timing_and_a_summary_row(
     assert summary[4].startswith(
         "targets: vs best blind % >= 100; % of split >= 95; TTFT p95 vs best % <= 120"
     )
+
+
+def test_phases_print_each_strategys_median_seconds_per_phase_of_the_trace() -> None:
+    stream = routing_trace.Stream
+    mixed = tuple(stream(c, 1, 1) for c in "ABC")
+    phases = ((stream("A", 1, 2),), (stream("D", 1, 2), stream("image", 1, 1)), mixed)
+    trace = routing_trace.Trace(routing_trace.CLASSES, phases)
+    runs = [
+        replace(result("least_inflight", 100, round_=r), phases_s=phases)
+        for r, phases in enumerate([(10.0, 20.0, 30.0), (12.0, 22.0, 31.0), (11.0, 40.0, 29.0)])
+    ]
+    runs.append(replace(result("adaptive", 100), phases_s=(1.0, 2.0)))  # not this trace's phases: left out
+    assert phase_lines(runs, trace) == [
+        "phases, simulated s (median over rounds): A | D+image | mixed",
+        "  least_inflight  11.0 | 22.0 | 30.0",
+    ]
+    assert phase_lines([result("least_inflight", 100)], trace) == []  # replays without phases
