@@ -129,9 +129,14 @@ def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     if fit is None:
         return DecodePace()
     regime = points[-run:] if run > 0 else points
-    shares = (min(z for _, z, _ in points), max(z for _, z, _ in points))
-    pace = DecodePace(fit, regime_shift(points), (), max(c for c, _, _ in points), shares)
+    pace = _reaching(fit, points, regime_shift(points))
     return replace(pace, newest=newest_ratios(regime, pace))
+
+
+def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> DecodePace:
+    """A pace of `fit` covering the loads and device shares `points` met."""
+    shares = (min(z for _, z, _ in points), max(z for _, z, _ in points))
+    return DecodePace(fit, shift, c_high=max(c for c, _, _ in points), shares=shares)
 
 
 def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float, ...]:
@@ -142,8 +147,7 @@ def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float,
     newest, older = regime[-MIN_EVIDENCE:], regime[:-MIN_EVIDENCE]
     reach = pace
     if len(older) >= CHANGE_RUN and (before := fit_load(older)) is not None:
-        zs = [z for _, z, _ in older]
-        reach = DecodePace(before, c_high=max(c for c, _, _ in older), shares=(min(zs), max(zs)))
+        reach = _reaching(before, older)
     fit = reach.fit
     if fit is None:
         return ()

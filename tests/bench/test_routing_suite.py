@@ -208,8 +208,8 @@ def test_phases_print_each_strategys_median_seconds_per_phase_of_the_trace() -> 
     phases = ((stream("A", 1, 2),), (stream("D", 1, 2), stream("image", 1, 1)), mixed)
     trace = routing_trace.Trace(routing_trace.CLASSES, phases)
     runs = [
-        replace(result("least_inflight", 100, round_=r), phases_s=phases)
-        for r, phases in enumerate([(10.0, 20.0, 30.0), (12.0, 22.0, 31.0), (11.0, 40.0, 29.0)])
+        replace(result("least_inflight", 100, round_=r), phases_s=seconds)
+        for r, seconds in enumerate([(10.0, 20.0, 30.0), (12.0, 22.0, 31.0), (11.0, 40.0, 29.0)])
     ]
     runs.append(replace(result("adaptive", 100), phases_s=(1.0, 2.0)))  # not this trace's phases: left out
     assert phase_lines(runs, trace) == [
