@@ -11,7 +11,9 @@ from gateway.backends.registry import Status
 
 
 async def test_a_crashed_backend_loses_no_request_the_other_could_serve() -> None:
-    async with rig(fleet_spec("a", "b")) as r:
+    # A non-streamed answer's headers come when its generation ends: 400 tokens with 30 running take
+    # about 0.8 s here, so the rig's 1 s first-byte limit would turn a slow machine into lost requests.
+    async with rig(fleet_spec("a", "b"), timeouts={"first_byte_s": 10.0}) as r:
         batch = [asyncio.create_task(r.chat(max_tokens=400)) for _ in range(30)]
         await asyncio.sleep(0.1)
         await r.fleet.engine("a").crash()
