@@ -11,9 +11,8 @@ routing_tracefile.py) is replayed through the gateway's ASGI app once per strate
     static          the fleet's shipped policy
     adaptive        the same policy with `routing: adaptive`, starting with no samples
     oracle          the best fixed assignment of each request class to one backend, found by trying them
-    split_oracle    the best fixed per-class traffic fractions over the backends (find_split_oracle): a
-                    class may be spread, which the assignment oracle cannot do, so blind load balancing
-                    can beat the assignment oracle but should not beat this one
+    split_oracle    the best fixed per-class traffic fractions over the backends: a class may be spread
+                    (both searched in routing_oracles.py)
 
 Reported in simulated time: goodput (output tokens of successful requests / makespan), TTFT p50 and p95,
 failures (servable requests that did not succeed), refused (requests no backend of the fleet can take:
@@ -36,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import sys
 import tempfile
 import time
@@ -49,9 +47,9 @@ import orjson
 import yaml
 from tqdm import tqdm
 
-from gateway.api.openai import Router
 from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
+from gateway.bench.routing_oracles import SPLIT_BUDGET, Strategy, find_oracle, find_split_oracle
 from gateway.bench.routing_report import (
     FaultFigures,
     StrategyResult,
@@ -63,12 +61,10 @@ from gateway.bench.routing_report import (
 from gateway.bench.routing_suite import EntryError, FleetJob, FleetReport, parse_entry, run_jobs
 from gateway.bench.routing_trace import (
     DEFAULT_TRACE,
-    AssignmentRouter,
     LeastInflightRouter,
     Lifespan,
     Outcome,
     RoundRobinRouter,
-    SplitRouter,
     Stream,
     Trace,
     post,
@@ -84,17 +80,6 @@ from gateway.stats.live import percentile
 
 DEFAULT_TIME_SCALE = 50.0  # x100 left the loop ~0.9 s (simulated) late at p95 on 2 shared cores
 DEFAULT_REPEATS = 3
-EXHAUSTIVE_LIMIT = 8  # oracle: every assignment up to this many, else one pass of coordinate descent
-SPLIT_BUDGET = 6  # split oracle: replays of candidate fractions after the best assignment
-SPLIT_STEPS = (0.5, 0.25)  # split oracle: shares of a class moved at once, coarse then fine
-
-
-@dataclass(frozen=True)
-class Strategy:
-    name: str
-    router: Callable[[], Router] | None  # None: the policy router the gateway builds from `policy`
-    policy: Path | None = None
-    detail: str = ""
 
 
 class LoopLag:
@@ -262,135 +247,6 @@ def fault_figures(spec: FleetSpec, outcomes: list[Outcome]) -> FaultFigures | No
         crash_no_content_failures=no_content if crashes else None,
         crash_exposed=len(exposed) if crashes else None,
     )
-
-
-def _options(bench: Bench) -> dict[str, list[str]]:
-    first = bench.spec.engines[0].name
-    return {name: c.servable_by(bench.spec) or [first] for name, c in bench.trace.classes.items()}
-
-
-def oracle_candidates(bench: Bench) -> list[dict[str, str]]:
-    """Every assignment of the classes that have a choice, when few; else None (coordinate descent)."""
-    options = _options(bench)
-    free = [name for name, opts in options.items() if len(opts) > 1]
-    fixed = {name: opts[0] for name, opts in options.items() if len(opts) == 1}
-    combos = list(itertools.product(*(options[name] for name in free)))
-    return [{**fixed, **dict(zip(free, combo, strict=True))} for combo in combos]
-
-
-@dataclass(frozen=True)
-class OracleSearch:
-    """A search's winner, its goodput in the search, and how many replays the search took."""
-
-    strategy: Strategy
-    assignment: dict[str, str]  # the assignment oracle's; empty for a split that moved some traffic
-    goodput: float
-    tried: int
-
-
-async def find_oracle(bench: Bench) -> OracleSearch:
-    """The best static class -> backend assignment by goodput, and how many assignments were replayed."""
-    candidates = oracle_candidates(bench)
-    if len(candidates) <= EXHAUSTIVE_LIMIT:
-        results = [(await bench.run(_assigned(a)), a) for a in candidates]
-        result, best = max(results, key=lambda r: r[0].goodput_tok_s)
-        return OracleSearch(_assigned(best), best, result.goodput_tok_s, len(results))
-    return await _descend(bench)
-
-
-async def _descend(bench: Bench) -> OracleSearch:
-    """Start from the best all-on-one-backend assignment, then move one class at a time, keeping gains."""
-    options = _options(bench)
-    tried = 0
-    best = 0.0
-    best_assignment: dict[str, str] = {}
-    for engine in bench.spec.engines:
-        assignment = {n: engine.name if engine.name in opts else opts[0] for n, opts in options.items()}
-        result = await bench.run(_assigned(assignment))
-        tried += 1
-        if not best_assignment or result.goodput_tok_s > best:
-            best, best_assignment = result.goodput_tok_s, assignment
-    for name, opts in options.items():
-        for alternative in opts:
-            if alternative == best_assignment[name]:
-                continue
-            assignment = {**best_assignment, name: alternative}
-            result = await bench.run(_assigned(assignment))
-            tried += 1
-            if result.goodput_tok_s > best:
-                best, best_assignment = result.goodput_tok_s, assignment
-    return OracleSearch(_assigned(best_assignment), best_assignment, best, tried)
-
-
-def _assigned(assignment: Mapping[str, str]) -> Strategy:
-    detail = " ".join(f"{cls}->{backend}" for cls, backend in assignment.items())
-    return Strategy("oracle", lambda: AssignmentRouter(assignment), detail=detail)
-
-
-Fractions = dict[str, dict[str, float]]
-
-
-async def find_split_oracle(bench: Bench, start: OracleSearch, budget: int = SPLIT_BUDGET) -> OracleSearch:
-    """The best fixed per-class traffic fractions found by coordinate descent from the best assignment.
-
-    Searches: for each share step in SPLIT_STEPS (0.5, then 0.25), for each class that more than one
-    backend can serve (classes with the most output tokens first), for each other backend it could use:
-    move `step` of the class's traffic from its largest share to that backend, replay, and keep the move
-    if goodput rose. Budget: at most `budget` replays after the start (the assignment search's winner,
-    all fractions 1.0, scored by its own replay there), so the result is never below the assignment
-    oracle's search score. Each replay is one noisy sample: a gain within the noise may be kept, which
-    is why every round replays the winner afresh instead of reusing its search score.
-    """
-    options = _options(bench)
-    current: Fractions = {cls: {backend: 1.0} for cls, backend in start.assignment.items()}
-    best, tried = start.goodput, 0
-    free = sorted(
-        (cls for cls, opts in options.items() if len(opts) > 1),
-        key=lambda cls: -_output_tokens(bench.trace, cls),
-    )
-    for step in SPLIT_STEPS:
-        for cls in free:
-            for target in options[cls]:
-                moved = _moved(current[cls], target, step)
-                if moved is None:
-                    continue
-                if tried >= budget:
-                    return _split_result(current, start, best, tried)
-                candidate = {**current, cls: moved}
-                result = await bench.run(_split(candidate))
-                tried += 1
-                if result.goodput_tok_s > best:
-                    best, current = result.goodput_tok_s, candidate
-    return _split_result(current, start, best, tried)
-
-
-def _split_result(fractions: Fractions, start: OracleSearch, best: float, tried: int) -> OracleSearch:
-    unsplit = all(len(shares) == 1 for shares in fractions.values())
-    return OracleSearch(_split(fractions), dict(start.assignment) if unsplit else {}, best, tried)
-
-
-def _output_tokens(trace: Trace, cls: str) -> int:
-    requests = sum(s.requests for phase in trace.phases for s in phase if s.cls == cls)
-    return requests * trace.classes[cls].max_tokens
-
-
-def _moved(shares: Mapping[str, float], target: str, step: float) -> dict[str, float] | None:
-    """`step` of the traffic moved from the largest share to `target`; None if that changes nothing."""
-    source = max(shares, key=lambda b: shares[b])
-    if source == target or shares[source] < step - 1e-9:
-        return None
-    moved = dict(shares)
-    moved[source] = round(moved[source] - step, 6)
-    moved[target] = round(moved.get(target, 0.0) + step, 6)
-    return {b: f for b, f in moved.items() if f > 1e-9}
-
-
-def _split(fractions: Fractions) -> Strategy:
-    detail = " ".join(
-        f"{cls}->" + "+".join(f"{b}:{f:g}" for b, f in sorted(shares.items(), key=lambda kv: -kv[1]))
-        for cls, shares in fractions.items()
-    )
-    return Strategy("split_oracle", lambda: SplitRouter(fractions), detail=detail)
 
 
 def adaptive_copy(policy: Path, workdir: Path) -> Path:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from tqdm import tqdm
 
-from gateway.bench.routing import Bench, fault_figures, find_oracle, find_split_oracle
+from gateway.bench.routing import Bench, fault_figures
+from gateway.bench.routing_oracles import find_oracle, find_split_oracle
 from gateway.bench.routing_report import StrategyResult, best_per_round, paired, share_of_best
 from gateway.bench.routing_trace import Outcome, SplitRouter, request_body
 from gateway.bench.routing_tracefile import TraceError, load_trace

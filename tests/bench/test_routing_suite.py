@@ -12,7 +12,8 @@ import pytest
 from tqdm import tqdm
 
 import gateway.bench.routing_trace as routing_trace
-from gateway.bench.routing import Bench, Strategy
+from gateway.bench.routing import Bench
+from gateway.bench.routing_oracles import Strategy
 from gateway.bench.routing_report import FaultFigures, StrategyResult, must_show, phase_lines, render_summary
 from gateway.bench.routing_suite import EntryError, parse_entry
 from gateway.bench.routing_trace import LeastInflightRouter, stream_bodies
