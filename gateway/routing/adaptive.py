@@ -22,7 +22,8 @@ extra time (harm.device_harm) is part of the cost:
 so a request that starts, or prolongs, one engine's busy period next to a busy one wins only when its own
 gain outweighs what the contention costs the other. The harm is myopic, so it decides how traffic mixes,
 not which engine it piles onto: a busy neighbour is not charged for when the candidate, with the device's
-whole load on it alone, beats the neighbour alone at that load by more than `tolerance` (charged()).
+whole load on it alone, beats the neighbour alone at that load by more than `tolerance`
+(shared_device.charged).
 Devices come from `backends[].device`; a backend without one is a device of its own.
 The window's error rate turns the value into the cost per *successful* request (a backend that fails half
 its requests takes twice as long per answer). Scores are then normalised across candidates:
@@ -55,17 +56,17 @@ beyond the n requests it already runs (1 / (n + 1)). Credit then accrues at only
 count of the usual rate, so the slow-down exploring causes per request does not grow with the neighbour's
 load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
 happens if none comes. An idle backend on a device of its own, while the winner is busy, slows nobody and
-joins no queue when explored (spreads): its credit accrues at MAX_EPSILON, so the same min_samples
-requests are spent sooner and the prior rules for fewer requests.
+joins no queue when explored (shared_device.spreads): its credit accrues at MAX_EPSILON, so the same
+min_samples requests are spent sooner and the prior rules for fewer requests.
 
 Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
 profile is too old is due (`_stale`): a measured cell after `refresh_requests` requests of the profile
 (or `refresh_s` seconds) since its newest send, a cell short of min_samples after min_samples / epsilon
-since its min_samples-th newest (blind_bound), and any cell measured before another backend of the
+since its min_samples-th newest (pacing.blind_bound), and any cell measured before another backend of the
 profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). A due cell is
 explored at MAX_EPSILON whatever the contention (pacing.plan_refresh), the stalest first. A repetitive
-request explores the "<profile> (repetitive)" unit, counted by its repetitive samples (exploration_unit),
-so a speculative engine's decode speed is learned for both kinds of content.
+request explores the "<profile> (repetitive)" unit, counted by its repetitive samples
+(pacing.exploration_unit), so a speculative engine's decode speed is learned for both kinds of content.
 
 Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
 backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
@@ -82,14 +83,13 @@ backends that serve now and those that could serve once back.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan, Progress
-from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows, repetitive
+from gateway.routing.cells import MIN_SAMPLES, CellModel, CellView, ModelCache, Windows
 from gateway.routing.context import RouteContext
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.pacing import (
@@ -97,12 +97,15 @@ from gateway.routing.pacing import (
     Age,
     Exploration,
     ExplorationLedger,
+    blind_bound,
+    exploration_unit,
     plan_exploration,
     plan_refresh,
     stale_reason,
 )
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
+from gateway.routing.shared_device import charged, contended, device_members, spreads
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
 from gateway.routing.verdict import Verdict, verdict
 
@@ -114,53 +117,6 @@ InFlightProgress = Callable[[str], Progress]
 MAX_PROFILES = 64
 
 
-@dataclass(frozen=True, slots=True)
-class CellView:
-    """What the scorer knows about one backend for this profile."""
-
-    model: CellModel
-    count: int  # all samples in the window, failed ones included
-    errors: int
-
-    @property
-    def error_rate(self) -> float:
-        return self.errors / self.count if self.count else 0.0
-
-
-def charged(
-    backend: str, members: Sequence[DeviceLoad], steady: Mapping[str, Prediction], tolerance: float
-) -> list[DeviceLoad]:
-    """The device loads whose slow-down a request on `backend` is charged for: all of its device, except a
-    busy neighbour that `backend` beats by more than `tolerance` with the device's whole load on each
-    alone. Moving a stream off a slower engine slows its last requests while both run; charging that
-    transient against every single request would keep the stream on the slower engine for good, so the
-    harm decides how traffic mixes, and the steady state which engine it piles onto."""
-    mine = steady.get(backend)
-    if mine is None or mine.value is None:
-        return list(members)
-
-    def beaten(other: Prediction | None) -> bool:
-        if mine.value is None or other is None or other.value is None:
-            return False
-        if mine.higher_is_better:
-            return mine.value > other.value * (1 + tolerance)
-        return mine.value * (1 + tolerance) < other.value
-
-    return [
-        d for d in members if d.backend == backend or d.inflight <= 0 or not beaten(steady.get(d.backend))
-    ]
-
-
-def spreads(backend: str, winner: str | None, device: Mapping[str, Sequence[DeviceLoad]]) -> bool:
-    """Whether exploring `backend` now costs nothing beyond its own answer: it is idle on a device of its
-    own (no other engine to slow, no queue to join) while the predicted winner has requests in flight, so
-    the exploration spreads load as a load balancer would."""
-    members = device[backend]
-    if winner is None or winner not in device or len(members) > 1 or members[0].inflight > 0:
-        return False
-    return any(d.inflight > 0 for d in device[winner] if d.backend == winner)
-
-
 def own_content(model: CellModel, cell: CellModel, repetition: float, min_samples: int) -> CellModel:
     """`model` (the cell's, or one borrowed from the backend's other profiles), or the cell's own where the
     borrowed one never measured this request's content: a decode speed learned on novel prose says nothing
@@ -169,38 +125,6 @@ def own_content(model: CellModel, cell: CellModel, repetition: float, min_sample
     if model is cell or model.measured_content(repetition, min_samples):
         return model
     return cell
-
-
-def exploration_unit(
-    profile: str, repetition: float, cells: Mapping[str, CellView]
-) -> tuple[str, dict[str, CellView]]:
-    """What a request's exploration measures: its profile's cells, or for repetitive content the same
-    cells counted by their repetitive samples only, paced and aged apart (the ledger's key "<profile>
-    (repetitive)"), so a speculative engine's decode speed is learned for both kinds of content."""
-    if not repetitive(repetition):
-        return profile, dict(cells)
-    counted = {
-        name: replace(cell, count=cell.model.content_samples[1], errors=0) for name, cell in cells.items()
-    }
-    return f"{profile} (repetitive)", counted
-
-
-def blind_bound(knobs: Adaptive) -> int:
-    """Requests of a profile after which a cell still short of min_samples is measured whatever the
-    contention: the min_samples / epsilon an uncontended exploration takes, at most the refresh bound."""
-    rate = min(max(knobs.explore_epsilon, 0.0), MAX_EPSILON)
-    paced = math.ceil(knobs.min_samples / rate) if rate > 0 else knobs.refresh_requests
-    return max(1, min(paced, knobs.refresh_requests))
-
-
-def device_members(backends: Sequence[BackendSnapshot], devices: Mapping[str, str]) -> dict[str, list[str]]:
-    """Per backend, the backends sharing its device, itself included (a backend without a device: itself).
-    Only the backends the router hands the scorer are seen: one filtered out for this request is not."""
-    by_device: dict[str, list[str]] = {}
-    for b in backends:
-        if b.name in devices:
-            by_device.setdefault(devices[b.name], []).append(b.name)
-    return {b.name: by_device[devices[b.name]] if b.name in devices else [b.name] for b in backends}
 
 
 class AdaptiveScorer:
@@ -356,7 +280,7 @@ class AdaptiveScorer:
             if spreads(backend, winner, device):  # the cheapest moment there is: the same min_samples
                 # requests, spent sooner, so the prior rules for fewer requests
                 return MAX_EPSILON / knobs.explore_epsilon
-            slowed = self._contended(backend, device[backend])
+            slowed = contended(backend, device[backend])
             return min(1.0, knobs.contended_share / slowed) if slowed else 1.0
 
         credit = self.ledger.credit(profile)
@@ -375,7 +299,7 @@ class AdaptiveScorer:
             return None, ExplorationPlan(profile, drop=bool(credit))
         if explored is None:
             return None, ExplorationPlan(profile, accrued=rate)
-        if slowed := self._contended(explored.backend, device[explored.backend]):
+        if slowed := contended(explored.backend, device[explored.backend]):
             why = f"{explored.why}; slows {slowed:.3g} busy request(s) on its device"
             explored = replace(explored, why=why)
         return explored, ExplorationPlan(profile, accrued=rate, backend=explored.backend)
@@ -515,16 +439,6 @@ class AdaptiveScorer:
             model = self.cache.backend(self.windows, b.name, at)
             loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model)
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
-
-    def _contended(self, backend: str, device: Sequence[DeviceLoad]) -> float:
-        """How many requests of its device's other engines exploring `backend` now would slow: each engine
-        counts the larger of its in-flight requests and the mean load its newest requests met (between two
-        requests of a steady stream it is not idle), times the share of the exploration that keeps
-        `backend` busy beyond the n requests it runs already (~1 / (n + 1): the longest of n remaining
-        times is ~n / (n + 1) of a request). 0 on a quiet device: the cheap moment."""
-        own = next(d.inflight for d in device if d.backend == backend)
-        neighbours = sum(max(d.inflight, d.model.recent_concurrency) for d in device if d.backend != backend)
-        return neighbours / (own + 1)
 
     def _cell(self, backend: str, profile: str, at: float) -> CellView:
         key = (backend, profile)

@@ -79,6 +79,19 @@ class CellModel:
         return own if own is not None and self.content_samples[i] >= min_samples else self.tpot
 
 
+@dataclass(frozen=True, slots=True)
+class CellView:
+    """What the scorer knows about one backend for this profile."""
+
+    model: CellModel
+    count: int  # all samples in the window, failed ones included
+    errors: int
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.count if self.count else 0.0
+
+
 def repetitive(repetition: float) -> bool:
     return repetition >= REPETITIVE
 

@@ -15,12 +15,17 @@ applies the plan once the dispatcher has sent the request, and only then.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from gateway.records import ExplorationPlan
-from gateway.routing.cells import MIN_SAMPLES
+from gateway.routing.cells import MIN_SAMPLES, CellView, repetitive
+
+if TYPE_CHECKING:  # annotations only: the policy schema imports the routing library's pacing
+    from gateway.policy.schema import Adaptive
 
 # Exploration never takes more than half of a profile's traffic, whatever the policy says: the other half
 # goes to the predicted best, so the cost of measuring stays bounded.
@@ -175,3 +180,25 @@ class ExplorationLedger:
         while sent and sent[0] < since:
             sent.popleft()
         sent.append(now)
+
+
+def exploration_unit(
+    profile: str, repetition: float, cells: Mapping[str, CellView]
+) -> tuple[str, dict[str, CellView]]:
+    """What a request's exploration measures: its profile's cells, or for repetitive content the same
+    cells counted by their repetitive samples only, paced and aged apart (the ledger's key "<profile>
+    (repetitive)"), so a speculative engine's decode speed is learned for both kinds of content."""
+    if not repetitive(repetition):
+        return profile, dict(cells)
+    counted = {
+        name: replace(cell, count=cell.model.content_samples[1], errors=0) for name, cell in cells.items()
+    }
+    return f"{profile} (repetitive)", counted
+
+
+def blind_bound(knobs: Adaptive) -> int:
+    """Requests of a profile after which a cell still short of min_samples is measured whatever the
+    contention: the min_samples / epsilon an uncontended exploration takes, at most the refresh bound."""
+    rate = min(max(knobs.explore_epsilon, 0.0), MAX_EPSILON)
+    paced = math.ceil(knobs.min_samples / rate) if rate > 0 else knobs.refresh_requests
+    return max(1, min(paced, knobs.refresh_requests))
