@@ -54,7 +54,8 @@ def _options(bench: Replayer) -> dict[str, list[str]]:
 
 
 def oracle_candidates(bench: Replayer) -> list[dict[str, str]]:
-    """Every assignment of the classes that have a choice, when few; else None (coordinate descent)."""
+    """Every assignment of the classes that have a choice (find_oracle replays them all when there are at
+    most EXHAUSTIVE_LIMIT, else searches by coordinate descent)."""
     options = _options(bench)
     free = [name for name, opts in options.items() if len(opts) > 1]
     fixed = {name: opts[0] for name, opts in options.items() if len(opts) == 1}
