@@ -41,7 +41,8 @@ the hold the factor would come and go with every request the neighbour takes, an
 
 Past the hold only evidence newer than the slow-down speaks (`outlasts`): the requests in flight (their
 newest gaps are the pace now) and the finished streams sent since it was first seen (`since`), however few,
-read against the pace the engine kept before then; it is over once their median is back under RECOVERED.
+read against the pace the engine kept before then; it is over once their median is back under RECOVERED
+(from MIN_EVIDENCE requests in flight, under SLOWED as ever).
 A stream sent before it mixes a fast part with a slow one: its mean gap is near the fit whether or not the
 engine is still slow, so it can neither end the slow-down nor keep it. With no newer evidence at all (the
 traffic left and what it left behind has finished) the slow-down stands: returning the traffic to find out
@@ -73,10 +74,12 @@ MIN_EVIDENCE = 5
 # spread of one engine's frame pace at a given load (a neighbour's prefill chunk lengthens a few steps,
 # not the median), and well inside the 2x and more a throttled or misconfigured engine shows.
 SLOWED = 1.5
-# The median ratio below which a slow-down that goes on is over: back within the spread of a healthy engine's
-# pace. Between it and SLOWED the slow-down stands at the factor measured: an engine whose slow steps read
-# at just under SLOWED beside a busy neighbour (its contention is not slowed with it) would otherwise come
-# and go, and its traffic with it.
+# The median ratio below which a slow-down past its hold is over when fewer than MIN_EVIDENCE requests say
+# anything (a probe or two): back within the spread of a healthy engine's pace. Between it and SLOWED the
+# slow-down stands at the factor measured: an engine whose slow steps read at just under SLOWED beside a
+# busy neighbour (its contention is not slowed with it) would otherwise come and go, and its traffic with
+# it. With MIN_EVIDENCE requests in flight the median is judged from SLOWED as ever: a burst's prefill reads
+# 1.3-1.5x on a healthy engine, and a false slow-down must not stand on it.
 RECOVERED = 1.25
 # A stream's pace is read once it has this many content frames (two gaps): its first gap is often the
 # prefill of a neighbour's request.
@@ -260,8 +263,7 @@ def engine_slowdown(
             return replace(before, shift=shift)  # it stands until something newer than it says otherwise
         return _judged(newer, shift, at, since, hold=_hold(profiles, cell), least=1, lowest=RECOVERED)
     ratios += [r for r, _ in finished][: max(0, MIN_EVIDENCE - len(ratios))]
-    lowest = RECOVERED if ongoing else SLOWED
-    return _judged(ratios, shift, at, since, hold=_hold(profiles, cell), least=MIN_EVIDENCE, lowest=lowest)
+    return _judged(ratios, shift, at, since, hold=_hold(profiles, cell), least=MIN_EVIDENCE, lowest=SLOWED)
 
 
 def _judged(
