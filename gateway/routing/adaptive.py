@@ -83,7 +83,6 @@ backends that serve now and those that could serve once back.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -150,8 +149,7 @@ class AdaptiveScorer:
         self.windows = windows
         self.hints = hints
         self.progress = progress  # None: finished requests are all it sees
-        # (cell, until) -> (its version, decode pace): the whole window's, and the one before a slow-down
-        self._paces: dict[tuple[str, str, float], tuple[int, DecodePace]] = {}
+        self._paces: dict[tuple[str, str], tuple[int, DecodePace]] = {}  # cell -> (its version, decode pace)
         self._profiles: dict[str, dict[str, None]] = {}  # backend -> the profiles it was scored for
         # Each backend's slow-down as of the decision under way (`_slowdown`), read by `_model` and `_stale`.
         self._slowed: dict[str, tuple[float, Slowdown]] = {}
@@ -319,7 +317,7 @@ class AdaptiveScorer:
         min_samples-th newest, so once due it stays due until it holds a whole estimate. A cell measured
         before another backend of the profile changed regime, or before another backend's requests showed
         it slowed beyond the tolerance (`_slowdown`: as many requests ago as are slow), counts as stale at
-        once; so does a backend whose own slow-down stands past its hold (`_standing`)."""
+        once."""
         changed = {name: cell.model.regime_run for name, cell in cells.items() if cell.model.regime_run}
         for name in cells:
             slowed = self._slowed.get(name)
@@ -336,22 +334,9 @@ class AdaptiveScorer:
             why = stale_reason(
                 age, max_requests=bound, max_s=knobs.refresh_s, changed=min(runs, default=None)
             )
-            if why is None and (standing := self._standing(name, at)) is not None:
-                why = standing
             if why is not None:
                 stale[name] = (age, why)
         return stale
-
-    def _standing(self, backend: str, at: float) -> str | None:
-        """Why `backend` is due for one request, or None: its slow-down has outlasted its hold with nothing in
-        flight to say whether it still stands (routing/slowdown.py); one request finds out, where letting
-        the traffic back would find out with a wave of them."""
-        slowed = self._slowed.get(backend)
-        if slowed is None or slowed[1].live <= 1.0 or at < slowed[1].held_until:
-            return None
-        if self.progress is not None and self.progress(backend).inflight:
-            return None
-        return f"slowed {slowed[1].live:.2g}x, past its hold with nothing newer to say whether it still is"
 
     def without_exploration(self) -> AdaptiveScorer:
         """The same scorer, state and caches with exploration off: explain previews the predicted ranking."""
@@ -485,8 +470,8 @@ class AdaptiveScorer:
         def cell(profile: str) -> CellModel:
             return self.cache.get(self.windows, backend, profile, at)
 
-        def pace(profile: str, until: float) -> DecodePace:
-            return self._pace(backend, profile, at, until)
+        def pace(profile: str) -> DecodePace:
+            return self._pace(backend, profile, at)
 
         profiles = [profile, *(p for p in seen if p != profile)]
         profiles += {r.profile: None for r in progress.requests if r.profile not in seen}
@@ -497,16 +482,13 @@ class AdaptiveScorer:
         self._slowed[backend] = (at, slowed)
         return slowed
 
-    def _pace(self, backend: str, profile: str, at: float, until: float = math.inf) -> DecodePace:
-        """The cell's decode pace over its finished streams (the engine's until `until`: decode_pace), cached
-        until its samples change."""
-        key = (backend, profile, until)
+    def _pace(self, backend: str, profile: str, at: float) -> DecodePace:
+        """The cell's decode pace over its finished streams, cached until its samples change."""
+        key = (backend, profile)
         version = self.windows.version(backend, profile, at)
         cached = self._paces.get(key)
         if cached is None or cached[0] != version:
-            if key not in self._paces and len(self._paces) >= 2 * self.windows.max_cells:
+            if key not in self._paces and len(self._paces) >= self.windows.max_cells:
                 del self._paces[next(iter(self._paces))]
-            entries = self.windows.entries(backend, profile, at)
-            pace = decode_pace([s for _, s in entries], [finished for finished, _ in entries], until)
-            cached = self._paces[key] = (version, pace)
+            cached = self._paces[key] = (version, decode_pace(self.windows.samples(backend, profile, at)))
         return cached[1]

@@ -37,17 +37,8 @@ fewer than MIN_EVIDENCE requests in flight say anything, for as long as a reques
 seen takes at the slowed pace (the longest mean e2e of its profiles' cells x the factor). Requests in flight
 say nothing when they run at a load their fits never met (the traffic that left the engine now keeps its
 device neighbour busy), and the newest finished streams were partly served before the slow-down: without
-the hold the factor would come and go with every request the neighbour takes, and traffic with it.
-
-Past the hold only evidence newer than the slow-down speaks (`outlasts`): the requests in flight (their
-newest gaps are the pace now) and the finished streams sent since it was first seen (`since`), however few,
-read against the pace the engine kept before then; it is over once their median is back under RECOVERED
-(from MIN_EVIDENCE requests in flight, under SLOWED as ever).
-A stream sent before it mixes a fast part with a slow one: its mean gap is near the fit whether or not the
-engine is still slow, so it can neither end the slow-down nor keep it. With no newer evidence at all (the
-traffic left and what it left behind has finished) the slow-down stands: returning the traffic to find out
-would send a wave of requests to an engine that is most likely still slow; an exploration finds out with
-one (adaptive.py: a slowed backend's cells count as stale once its hold is over).
+the hold the factor would come and go with every request the neighbour takes, and traffic with it. Past the
+hold, the newest finished streams (by then served slow) speak again.
 
 What the fits already hold is not counted again: once CHANGE_RUN finished streams of a profile left its
 decode fit, the fit restarts from them (that profile's live ratios fall back to 1) and the cell's `shift`
@@ -58,7 +49,6 @@ scaled again. A backend's predictions for every profile are multiplied by `for_c
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from itertools import zip_longest
@@ -74,19 +64,9 @@ MIN_EVIDENCE = 5
 # spread of one engine's frame pace at a given load (a neighbour's prefill chunk lengthens a few steps,
 # not the median), and well inside the 2x and more a throttled or misconfigured engine shows.
 SLOWED = 1.5
-# The median ratio below which a slow-down past its hold is over when fewer than MIN_EVIDENCE requests say
-# anything (a probe or two): back within the spread of a healthy engine's pace. Between it and SLOWED the
-# slow-down stands at the factor measured: an engine whose slow steps read at just under SLOWED beside a
-# busy neighbour (its contention is not slowed with it) would otherwise come and go, and its traffic with
-# it. With MIN_EVIDENCE requests in flight the median is judged from SLOWED as ever: a burst's prefill reads
-# 1.3-1.5x on a healthy engine, and a false slow-down must not stand on it.
-RECOVERED = 1.25
 # A stream's pace is read once it has this many content frames (two gaps): its first gap is often the
 # prefill of a neighbour's request.
 MIN_FRAMES = 3
-
-
-Newest = tuple[float, float]  # a finished stream's mean gap over the fit, and when it was sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +76,7 @@ class DecodePace:
 
     fit: Fit | None = None
     shift: float = 1.0
-    newest: tuple[Newest, ...] = ()  # newest first, at most MIN_EVIDENCE
+    newest: tuple[float, ...] = ()  # newest first, at most MIN_EVIDENCE
     c_high: float = 0.0  # the highest load its streams met
     shares: tuple[float, float] = (0.0, 0.0)  # the lowest and highest device share they met
 
@@ -116,7 +96,6 @@ class Slowdown:
     evidence: int = 0  # ratios behind `live`
     slow: int = 0  # of which at or above SLOWED
     held_until: float = 0.0  # the windows' clock: until then `live` holds without fresh evidence
-    since: float = 0.0  # when this slow-down was first seen (the windows' clock)
 
     def for_cell(self, model: CellModel) -> float:
         """The factor a cell's predictions take: the live part, and the shift unless its own fit changed."""
@@ -136,37 +115,22 @@ class Slowdown:
 
 def itl_points(samples: Sequence[Sample]) -> list[LoadPoint]:
     """(c, device share, mean frame gap) of the successful streamed samples, oldest first."""
-    return [(float(s.concurrency), s.device_share, s.mean_itl or 0.0) for s in samples if _streamed(s)]
+    return [
+        (float(s.concurrency), s.device_share, s.mean_itl)
+        for s in samples
+        if not s.error and s.mean_itl is not None and s.mean_itl > 0
+    ]
 
 
-def _streamed(sample: Sample) -> bool:
-    return not sample.error and sample.mean_itl is not None and sample.mean_itl > 0
-
-
-def decode_pace(
-    samples: Sequence[Sample], finished_at: Sequence[float] = (), until: float = math.inf
-) -> DecodePace:
-    """The decode pace of one cell's samples (oldest first), each finished at `finished_at` on the windows'
-    clock (none given: each long ago). With `until`, the pace the engine kept before then: the fit of the
-    streams finished by then, and the newest streams sent since read against it (those in flight at `until`,
-    partly served either side of it, are left out of both)."""
-    ends = list(finished_at) if len(finished_at) == len(samples) else [-math.inf] * len(samples)
-    kept = [(s, at) for s, at in zip(samples, ends, strict=True) if _streamed(s)]
-    sent = [at - s.e2e for s, at in kept]
+def decode_pace(samples: Sequence[Sample]) -> DecodePace:
+    """The decode pace of one cell's samples (oldest first)."""
     points = itl_points(samples)
-    known = [p for p, (_, end) in zip(points, kept, strict=True) if end < until]
-    fit, run = current_regime(known)
+    fit, run = current_regime(points)
     if fit is None:
         return DecodePace()
-    regime = known[-run:] if run > 0 else known
-    pace = _reaching(fit, known, regime_shift(known))
-    if len(known) == len(points):
-        return replace(pace, newest=newest_ratios(regime, pace, sent[-len(regime) :]))
-    later = [(p, t) for p, t in zip(points, sent, strict=True) if t >= until][-MIN_EVIDENCE:]
-    newest = tuple(
-        (y / e, t) for (c, z, y), t in reversed(later) if pace.covers(c, z) and (e := expect(fit, c, z)) > 0
-    )
-    return replace(pace, newest=newest)
+    regime = points[-run:] if run > 0 else points
+    pace = _reaching(fit, points, regime_shift(points))
+    return replace(pace, newest=newest_ratios(regime, pace))
 
 
 def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> DecodePace:
@@ -175,14 +139,11 @@ def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> Deco
     return DecodePace(fit, shift, c_high=max(c for c, _, _ in points), shares=shares)
 
 
-def newest_ratios(
-    regime: Sequence[LoadPoint], pace: DecodePace, sent: Sequence[float] = ()
-) -> tuple[Newest, ...]:
+def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float, ...]:
     """The newest MIN_EVIDENCE streams' mean gaps over what the regime's streams before them predict (newest
     first), at loads those covered; with too few before them, over the regime's own fit. Against a fit
     they are part of, slow answers after a slow-down too small for a regime change would pull the fit
-    toward themselves and read as nearly on it. Each with when it was sent (`sent`, aligned with `regime`;
-    unknown: long ago)."""
+    toward themselves and read as nearly on it."""
     newest, older = regime[-MIN_EVIDENCE:], regime[:-MIN_EVIDENCE]
     reach = pace
     if len(older) >= CHANGE_RUN and (before := fit_load(older)) is not None:
@@ -190,12 +151,7 @@ def newest_ratios(
     fit = reach.fit
     if fit is None:
         return ()
-    times = list(sent[-len(newest) :]) if len(sent) >= len(newest) else [-math.inf] * len(newest)
-    return tuple(
-        (y / e, t)
-        for (c, z, y), t in zip(reversed(newest), reversed(times), strict=True)
-        if reach.covers(c, z) and (e := expect(fit, c, z)) > 0
-    )
+    return tuple(y / e for c, z, y in reversed(newest) if reach.covers(c, z) and (e := expect(fit, c, z)) > 0)
 
 
 def scaled(model: CellModel, factor: float) -> CellModel:
@@ -228,66 +184,38 @@ def engine_slowdown(
     progress: Progress,
     profiles: Sequence[str],
     cell: Callable[[str], CellModel | None],
-    pace: Callable[[str, float], DecodePace],
+    pace: Callable[[str], DecodePace],
     *,
     min_samples: int,
     at: float = 0.0,
     before: Slowdown | None = None,
 ) -> Slowdown:
     """The backend's slow-down from its requests in flight (`progress`), and the model and decode pace of
-    each profile's cell (`cell(profile)`, None when unknown; `pace(profile, until)`, decode_pace's),
-    `profiles` being those it is known to serve, the one being decided first (for the shift and the newest
-    finished), as the module docstring says; `before` is the last one found, `at` the windows' clock now.
-
-    While a slow-down no fit has taken in goes on, every request is read against the pace the engine kept
-    before it was first seen: its slow answers since would pull the fits toward themselves (as a device
-    neighbour's contention, when the traffic it left keeps the neighbour busy) and read as nearly on them."""
-    shift = max((pace(p, math.inf).shift for p in profiles), default=1.0)
-    ongoing = before is not None and outlasts(before, shift)
-    since = before.since if before is not None and ongoing else at
-    reach = math.inf if before is None or not ongoing else before.since
-
-    def reading(profile: str) -> DecodePace:
-        return pace(profile, reach)
-
-    waits_from = RECOVERED if ongoing else 1.0
-    ratios = live_ratios(progress, cell, reading, shift, min_samples=min_samples, waits_from=waits_from)
-    # The newest finished of each profile in turn, to make up what the requests in flight do not say.
-    paces = [reading(p) for p in profiles]
-    finished = [r for rank in zip_longest(*(p.newest for p in paces)) for r in rank if r is not None]
-    if before is not None and ongoing and len(ratios) < MIN_EVIDENCE:
-        if at < before.held_until:
-            return replace(before, shift=shift)
-        newer = ratios + [r for r, sent in finished if sent >= before.since][: MIN_EVIDENCE - len(ratios)]
-        if not newer:
-            return replace(before, shift=shift)  # it stands until something newer than it says otherwise
-        return _judged(newer, shift, at, since, hold=_hold(profiles, cell), least=1, lowest=RECOVERED)
-    ratios += [r for r, _ in finished][: max(0, MIN_EVIDENCE - len(ratios))]
-    return _judged(ratios, shift, at, since, hold=_hold(profiles, cell), least=MIN_EVIDENCE, lowest=SLOWED)
-
-
-def _judged(
-    ratios: Sequence[float], shift: float, at: float, since: float, *, hold: float, least: int, lowest: float
-) -> Slowdown:
-    """The slow-down `ratios` show, once there are at least `least` of them: their median from `lowest` up,
-    held for `hold` seconds per unit of it."""
+    each profile's cell (`cell(profile)`, None when unknown; `pace(profile)`), `profiles` being those it is
+    known to serve, the one being decided first (for the shift and the newest finished), as the module
+    docstring says; `before` is the last one found, `at` the windows' clock now."""
+    paces = [pace(p) for p in profiles]
+    shift = max((p.shift for p in paces), default=1.0)
+    ratios = live_ratios(progress, cell, pace, shift, min_samples=min_samples)
+    fresh = len(ratios) >= MIN_EVIDENCE
+    if before is not None and not fresh and held(before, shift, at):
+        return replace(before, shift=shift)
+    if not fresh:  # the newest finished of each profile in turn make up the rest
+        finished = [r for rank in zip_longest(*(p.newest for p in paces)) for r in rank if r is not None]
+        ratios += finished[: MIN_EVIDENCE - len(ratios)]
     slow = sum(1 for r in ratios if r >= SLOWED)
-    live = _median(ratios) if len(ratios) >= least else 1.0
-    if live < lowest:
+    live = _median(ratios) if len(ratios) >= MIN_EVIDENCE else 1.0
+    if live < SLOWED:
         return Slowdown(1.0, shift, len(ratios), slow)
-    return Slowdown(live, shift, len(ratios), slow, held_until=at + live * hold, since=since)
-
-
-def _hold(profiles: Sequence[str], cell: Callable[[str], CellModel | None]) -> float:
-    """The longest mean e2e of the profiles' cells: how long a request sent now takes at the fits' pace."""
     models = [m for p in profiles if (m := cell(p)) is not None]
-    return max((m.mean_e2e for m in models), default=0.0)
+    hold = live * max((m.mean_e2e for m in models), default=0.0)
+    return Slowdown(live, shift, len(ratios), slow, held_until=at + hold)
 
 
-def outlasts(before: Slowdown, shift: float) -> bool:
-    """Whether `before` is a slow-down no fit has taken in since (a larger shift: the fits now predict it):
-    held until its hold runs out, then standing until evidence newer than it says otherwise."""
-    return before.live > 1.0 and shift <= before.shift
+def held(before: Slowdown, shift: float, at: float) -> bool:
+    """Whether `before`'s live factor still holds without fresh evidence: it was a slow-down, its hold has
+    not run out, and no fit has taken a slow-down in since (a larger shift: the fits now predict it)."""
+    return before.live > 1.0 and at < before.held_until and shift <= before.shift
 
 
 def live_ratios(
@@ -297,12 +225,9 @@ def live_ratios(
     shift: float,
     *,
     min_samples: int,
-    waits_from: float = 1.0,
 ) -> list[float]:
     """Observed / predicted for each request in flight that says something yet (see the module docstring);
-    a cell that predates the backend's `shift` predicts with it. A wait is a lower bound: it counts once it
-    is `waits_from` times the prediction (for a slow-down that goes on, long enough to say it does; never
-    that it is over)."""
+    a cell that predates the backend's `shift` predicts with it."""
     ratios: list[float] = []
     for r in progress.requests:
         model = cell(r.profile)
@@ -324,7 +249,7 @@ def live_ratios(
         if not r.stream and model.tpot is not None:
             predicted += model.mean_output_tokens * expect(model.tpot, r.concurrency, r.device_share)
         predicted *= factor
-        if predicted > 0 and r.elapsed_s > predicted * waits_from:
+        if predicted > 0 and r.elapsed_s > predicted:
             ratios.append(r.elapsed_s / predicted)  # a lower bound: it is still waiting
     return ratios
 
