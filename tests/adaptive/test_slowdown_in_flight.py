@@ -15,7 +15,11 @@ from tests.e2e.e2e_harness import Stack, gateway_over_fleet, send, text_messages
 USERS = 8  # closed-loop clients: each sends its next request when its previous one ends
 OUTPUT = 128  # tokens per answer: x ~2.5 s of decode at this load, y ~1.4x that
 BEFORE, AFTER = 48, 64  # requests before the slow-down, and after it
-SLOWDOWN = 2.5  # x's every step 2.5x longer: ~1.8x slower than y from then on
+# x's every step 4x longer: ~2.9x slower than y from then on. Not 2.5x: beside its busy neighbour a 2.5x
+# slower twin engine reads 1.3-1.5x its fits (the neighbour's share of each step is not slowed with it),
+# at the 1.5x a slow-down is counted from, so whether it is left within twenty requests turned on noise
+# (docs/measurement.md, section 8: 3-10 in 8 runs here, 26 on CI). This tests the mechanism clear of it.
+SLOWDOWN = 4.0
 TIME_SCALE = 1.0  # real time: the engines, not the relaying of their frames on a busy box, set the pace
 
 POLICY = """
