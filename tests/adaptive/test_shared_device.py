@@ -16,6 +16,10 @@ from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import decode_samples as samples
 from tests.adaptive.routing_loop import sent, with_adaptive
 
+SHARED = {"x": "spark", "y": "spark"}
+STRESS = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+LOADED = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]  # x runs a stress stream, y is idle
+
 
 def test_the_fit_separates_the_backends_own_batch_from_a_busy_neighbour() -> None:
     points = [(float(c), z, 0.02 + 0.001 * c + 0.015 * z) for c in range(1, 9) for z in (0.0, 1.0)]
@@ -49,20 +53,18 @@ def test_stress_traffic_stays_on_the_busy_engine_of_a_shared_device() -> None:
         recorder.record("x", "default", sample)
     for sample in samples(0.018):  # y is faster per request, at any load
         recorder.record("y", "default", sample)
-    scorer = AdaptiveScorer(recorder, devices={"x": "spark", "y": "spark"})
-    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
-    router = PolicyRouter(policy, objective_scorer=scorer)
-    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
-    loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
-    assert router.route("completions", body, loaded).ranked[0] == "x"
-    apart = AdaptiveScorer(recorder)
-    router = PolicyRouter(policy, objective_scorer=apart)
-    assert router.route("completions", body, loaded).ranked[0] == "y"  # separate devices: spread
-    explained = PolicyRouter(policy, objective_scorer=scorer).explain(
-        "completions", body, loaded
-    )["scoring"]["adaptive"]["predictions"]
+    router = stress_router(recorder, SHARED)
+    assert router.route("completions", STRESS, LOADED).ranked[0] == "x"
+    apart = stress_router(recorder, {})
+    assert apart.route("completions", STRESS, LOADED).ranked[0] == "y"  # separate devices: spread
+    explained = router.explain("completions", STRESS, LOADED)["scoring"]["adaptive"]["predictions"]
     y = next(p for p in explained if p["backend"] == "y")
     assert y["harm_s"] > 0 and y["own_value"] > y["value"]
+
+
+def stress_router(recorder: LiveRecorder, devices: dict[str, str]) -> PolicyRouter:
+    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
+    return PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=devices))
 
 
 def test_exploration_counts_requests_still_in_flight() -> None:
@@ -143,10 +145,4 @@ def test_one_load_measured_does_not_claim_a_busy_neighbours_stream() -> None:
     for _ in range(9):  # one load, the device otherwise idle
         recorder.record("y", "default", alone)
     assert build_model(recorder.samples("y", "default")).measured_loads == (1, 1)
-    scorer = AdaptiveScorer(recorder, devices={"x": "spark", "y": "spark"})
-    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
-    router = PolicyRouter(policy, objective_scorer=scorer)
-    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
-    loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
-    assert router.route("completions", body, loaded).ranked[0] == "x"
-
+    assert stress_router(recorder, SHARED).route("completions", STRESS, LOADED).ranked[0] == "x"
