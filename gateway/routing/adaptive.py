@@ -23,8 +23,7 @@ so a request that starts, or prolongs, one engine's busy period next to a busy o
 gain outweighs what the contention costs the other. The harm is myopic, so it decides how traffic mixes,
 not which engine it piles onto: a busy neighbour is not charged for when the candidate, with the device's
 whole load on it alone, beats the neighbour alone at that load by more than `tolerance`
-(shared_device.charged), compared at a load both fits measured (shared_device.common_load: beyond it a
-fit only clamps or extrapolates, and a few requests at one load would predict the same at sixteen).
+(shared_device.charged).
 Devices come from `backends[].device`; a backend without one is a device of its own.
 The window's error rate turns the value into the cost per *successful* request (a backend that fails half
 its requests takes twice as long per answer). Scores are then normalised across candidates:
@@ -106,14 +105,7 @@ from gateway.routing.pacing import (
 )
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
-from gateway.routing.shared_device import (
-    charged,
-    clearly_beats,
-    common_load,
-    contended,
-    device_members,
-    spreads,
-)
+from gateway.routing.shared_device import charged, contended, device_members, spreads
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
 from gateway.routing.verdict import Verdict, verdict
 
@@ -219,13 +211,13 @@ class AdaptiveScorer:
             )
             for b in backends
         }
-        beaten = self._beaten(ctx, models, device, config)
+        steady = self._steady(ctx, models, device, config)
         predictions = [
             self._prediction(
                 ctx,
                 b,
                 models[b.name],
-                charged(b.name, device[b.name], beaten.get(b.name, set())),
+                charged(b.name, device[b.name], steady, ctx.adaptive.tolerance),
                 config,
             )
             for b in backends
@@ -235,40 +227,28 @@ class AdaptiveScorer:
         return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance)
 
     @staticmethod
-    def _beaten(
+    def _steady(
         ctx: RouteContext,
         models: Mapping[str, CellModel],
         device: Mapping[str, Sequence[DeviceLoad]],
         config: PredictConfig,
-    ) -> dict[str, set[str]]:
-        """Per backend sharing a device, the busy neighbours it clearly beats (by more than `tolerance`)
-        with the device's whole load on either alone, its neighbours drained: what each is worth once
-        traffic has moved, not while it moves. Compared at a load both fits measured
-        (shared_device.common_load); where they measured none in common, nothing is claimed."""
-
-        def at(backend: str, load: float) -> Prediction:
-            return predict_with_model(
-                backend,
-                models[backend],
-                inflight=max(round(load) - 1, 0),
+    ) -> dict[str, Prediction]:
+        """Per backend sharing a device, the request's objective were the device's whole load on it alone
+        (its neighbours drained): what it is worth once traffic has moved, not while it moves."""
+        steady: dict[str, Prediction] = {}
+        for name, members in device.items():
+            if len(members) < 2:
+                continue
+            steady[name] = predict_with_model(
+                name,
+                models[name],
+                inflight=sum(d.inflight for d in members),
                 objective=ctx.profile.objective,
                 max_output_tokens=ctx.features.max_output_tokens,
                 config=config,
                 repetition=ctx.features.repetition,
             )
-
-        beaten: dict[str, set[str]] = {}
-        for name, members in device.items():
-            total = sum(d.inflight for d in members) + 1  # this request included
-            for d in members:
-                if d.backend == name or d.inflight <= 0:
-                    continue
-                load = common_load(models[name], models[d.backend], total)
-                if load is not None and clearly_beats(
-                    at(name, load), at(d.backend, load), ctx.adaptive.tolerance
-                ):
-                    beaten.setdefault(name, set()).add(d.backend)
-        return beaten
+        return steady
 
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over backends that serve only once back, without exploring them."""

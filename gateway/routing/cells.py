@@ -4,7 +4,6 @@ them through `Windows`, and never records anything."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -67,15 +66,6 @@ class CellModel:
     # holds: one fit over both would average a speculative engine's two decode speeds.
     tpot_by_content: tuple[Fit | None, Fit | None] = (None, None)
     content_samples: tuple[int, int] = (0, 0)
-
-    @property
-    def measured_loads(self) -> tuple[float, float]:
-        """The loads (concurrency) its fits measured, lowest and highest: outside them a prediction is the
-        fit's clamp or its extrapolation. (1, inf) without a fit."""
-        fits = [fit for fit in (self.ttft, self.tpot) if fit is not None]
-        if not fits:
-            return 1.0, math.inf
-        return max(fit.low_c for fit in fits), min(fit.high_c for fit in fits)
 
     def measured_content(self, repetition: float, min_samples: int) -> bool:
         """Whether min_samples of its samples carry this request's content (repetitive or novel)."""

@@ -20,12 +20,6 @@ LoadPoint = tuple[float, float, float]  # (concurrency, device share, value)
 # Centring raw sums of squares leaves rounding noise where a regressor never varied: a centred sum below
 # this share of its raw sum is no variance at all.
 CANCELLATION = 1e-9
-# The least spread of device shares that the contention term is fitted from: shares are fractions of a
-# request's life, and requests that all met a busy neighbour for 99.5-100 % of it say nothing of the
-# engine alone; fitted anyway, the term took the whole latency (+2.4 s) against an intercept of -2.4 s, and
-# the fit "alone" fell to the fastest sample. Below this spread the share is left out, and the fit holds
-# the contention its samples met in its intercept.
-MIN_SHARE_SPAN = 0.25
 # Two regressors whose determinant is below this share of the product of their variances move together:
 # fitting both would split one effect between them at random, so c is fitted alone.
 COLLINEAR = 1e-12
@@ -38,7 +32,6 @@ class Fit:
     low_c: float  # lowest measured concurrency
     floor: float  # fastest measured value
     contention: float = 0.0  # added while another backend on the device is busy
-    high_c: float = math.inf  # highest measured concurrency: beyond it the fit is an extrapolation
 
     def at(self, concurrency: float, device_busy: bool = False) -> float:
         value = self.intercept + self.slope * max(concurrency, self.low_c)
@@ -56,24 +49,22 @@ def fit_linear(points: Sequence[tuple[float, float]]) -> Fit | None:
     slope = 0.0
     if var_c > 0:
         slope = max(0.0, sum((c - mean_c) * (y - mean_y) for c, y in points) / var_c)
-    low_c, high_c = min(c for c, _ in points), max(c for c, _ in points)
-    return Fit(mean_y - slope * mean_c, slope, low_c, min(y for _, y in points), high_c=high_c)
+    low_c = min(c for c, _ in points)
+    return Fit(mean_y - slope * mean_c, slope, low_c, min(y for _, y in points))
 
 
 def fit_load(points: Sequence[LoadPoint]) -> Fit | None:
     """Least-squares y = a + b*c + g*z over (c, z, y) points with b, g >= 0 (z: 1 = device neighbour busy).
 
-    Normal equations on centred sums; a regressor that does not vary is left out (the share: one that
-    spans less than MIN_SHARE_SPAN), and one whose coefficient comes out negative is dropped and the other
-    refitted alone.
+    Normal equations on centred sums; a regressor that does not vary is left out, and one whose
+    coefficient comes out negative is dropped and the other refitted alone.
     """
     if not points:
         return None
     n = len(points)
     # One pass of raw sums (the router refits a cell whenever it records a sample), centred afterwards.
     sc = sz = sy = rcc = rzz = rcz = rcy = rzy = 0.0
-    low_c = floor = low_z = math.inf
-    high_c = high_z = -math.inf
+    low_c = floor = math.inf
     for c, z, y in points:
         sc += c
         sz += z
@@ -85,17 +76,11 @@ def fit_load(points: Sequence[LoadPoint]) -> Fit | None:
         rzy += z * y
         if c < low_c:
             low_c = c
-        if c > high_c:
-            high_c = c
-        if z < low_z:
-            low_z = z
-        if z > high_z:
-            high_z = z
         if y < floor:
             floor = y
     mc, mz, my = sc / n, sz / n, sy / n
     scc = _centred(rcc, n * mc * mc)
-    szz = _centred(rzz, n * mz * mz) if high_z - low_z >= MIN_SHARE_SPAN else 0.0
+    szz = _centred(rzz, n * mz * mz)
     scz, scy, szy = rcz - n * mc * mz, rcy - n * mc * my, rzy - n * mz * my
     b = g = 0.0
     det = scc * szz - scz * scz
@@ -109,7 +94,7 @@ def fit_load(points: Sequence[LoadPoint]) -> Fit | None:
         b = max(0.0, scy / scc)
     elif szz > 0:
         g = max(0.0, szy / szz)
-    return Fit(my - b * mc - g * mz, b, low_c, floor, g, high_c)
+    return Fit(my - b * mc - g * mz, b, low_c, floor, g)
 
 
 def _centred(raw: float, mean_part: float) -> float:

@@ -6,10 +6,9 @@ functions on plain data.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from gateway.records import BackendSnapshot
-from gateway.routing.cells import CellModel
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.predict import Prediction
 
@@ -24,32 +23,28 @@ def device_members(backends: Sequence[BackendSnapshot], devices: Mapping[str, st
     return {b.name: by_device[devices[b.name]] if b.name in devices else [b.name] for b in backends}
 
 
-def charged(backend: str, members: Sequence[DeviceLoad], beaten: Collection[str]) -> list[DeviceLoad]:
+def charged(
+    backend: str, members: Sequence[DeviceLoad], steady: Mapping[str, Prediction], tolerance: float
+) -> list[DeviceLoad]:
     """The device loads whose slow-down a request on `backend` is charged for: all of its device, except a
-    busy neighbour that `backend` clearly beats once the device's load is on either alone (`beaten`, see
-    `clearly_beats`). Moving a stream off a slower engine slows its last requests while both run; charging
-    that transient against every single request would keep the stream on the slower engine for good, so
-    the harm decides how traffic mixes, and the steady state which engine it piles onto."""
-    return [d for d in members if d.backend == backend or d.inflight <= 0 or d.backend not in beaten]
+    busy neighbour that `backend` beats by more than `tolerance` with the device's whole load on each
+    alone. Moving a stream off a slower engine slows its last requests while both run; charging that
+    transient against every single request would keep the stream on the slower engine for good, so the
+    harm decides how traffic mixes, and the steady state which engine it piles onto."""
+    mine = steady.get(backend)
+    if mine is None or mine.value is None:
+        return list(members)
 
+    def beaten(other: Prediction | None) -> bool:
+        if mine.value is None or other is None or other.value is None:
+            return False
+        if mine.higher_is_better:
+            return mine.value > other.value * (1 + tolerance)
+        return mine.value * (1 + tolerance) < other.value
 
-def common_load(mine: CellModel, theirs: CellModel, device_load: float) -> float | None:
-    """The load at which two backends' steady states are compared: the device's whole load, moved into the
-    loads both fits measured (None when those do not overlap). Outside them a fit clamps or extrapolates,
-    and a few explorations at one load predict the same at sixteen: compared there, an engine measured
-    beside a busy neighbour at 1-4 claimed its 16-request stream on that flat extrapolation alone."""
-    low = max(mine.measured_loads[0], theirs.measured_loads[0])
-    high = min(mine.measured_loads[1], theirs.measured_loads[1])
-    return None if low > high else min(max(device_load, low), high)
-
-
-def clearly_beats(mine: Prediction, theirs: Prediction, tolerance: float) -> bool:
-    """Whether `mine` is better than `theirs` by more than `tolerance` (relative), both predicted."""
-    if mine.value is None or theirs.value is None:
-        return False
-    if mine.higher_is_better:
-        return mine.value > theirs.value * (1 + tolerance)
-    return mine.value * (1 + tolerance) < theirs.value
+    return [
+        d for d in members if d.backend == backend or d.inflight <= 0 or not beaten(steady.get(d.backend))
+    ]
 
 
 def spreads(backend: str, winner: str | None, device: Mapping[str, Sequence[DeviceLoad]]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.policy.load import parse_policy
-from gateway.records import BackendSnapshot, Sample
+from gateway.records import BackendSnapshot
 from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.cells import build_model
 from gateway.routing.fitting import fit_load
@@ -15,10 +15,6 @@ from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import decode_samples as samples
 from tests.adaptive.routing_loop import sent, with_adaptive
-
-SHARED = {"x": "spark", "y": "spark"}
-STRESS = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
-LOADED = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]  # x runs a stress stream, y is idle
 
 
 def test_the_fit_separates_the_backends_own_batch_from_a_busy_neighbour() -> None:
@@ -53,18 +49,20 @@ def test_stress_traffic_stays_on_the_busy_engine_of_a_shared_device() -> None:
         recorder.record("x", "default", sample)
     for sample in samples(0.018):  # y is faster per request, at any load
         recorder.record("y", "default", sample)
-    router = stress_router(recorder, SHARED)
-    assert router.route("completions", STRESS, LOADED).ranked[0] == "x"
-    apart = stress_router(recorder, {})
-    assert apart.route("completions", STRESS, LOADED).ranked[0] == "y"  # separate devices: spread
-    explained = router.explain("completions", STRESS, LOADED)["scoring"]["adaptive"]["predictions"]
+    scorer = AdaptiveScorer(recorder, devices={"x": "spark", "y": "spark"})
+    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
+    router = PolicyRouter(policy, objective_scorer=scorer)
+    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+    loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
+    assert router.route("completions", body, loaded).ranked[0] == "x"
+    apart = AdaptiveScorer(recorder)
+    router = PolicyRouter(policy, objective_scorer=apart)
+    assert router.route("completions", body, loaded).ranked[0] == "y"  # separate devices: spread
+    explained = PolicyRouter(policy, objective_scorer=scorer).explain(
+        "completions", body, loaded
+    )["scoring"]["adaptive"]["predictions"]
     y = next(p for p in explained if p["backend"] == "y")
     assert y["harm_s"] > 0 and y["own_value"] > y["value"]
-
-
-def stress_router(recorder: LiveRecorder, devices: dict[str, str]) -> PolicyRouter:
-    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
-    return PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=devices))
 
 
 def test_exploration_counts_requests_still_in_flight() -> None:
@@ -121,28 +119,3 @@ def test_deferred_exploration_is_kept_less_often_the_more_requests_it_would_slow
     # 2000 requests at 0.5 x 0.2 / n: next to 16 in flight 12, next to 32 6; next to 1, x's recent
     # load (8.5) counts: 23.
     assert kept == {1: 23, 16: 12, 32: 6}
-
-
-def test_shares_that_barely_vary_leave_the_contention_in_the_intercept() -> None:
-    """Requests that all met a busy neighbour for 99.5-100 % of their life say nothing of the engine alone:
-    fitted anyway, the share took the whole latency and the fit alone fell to the fastest sample."""
-    points = [(float(c), 1.0 - 0.005 * (c % 2), 0.036 + 0.0007 * c + 0.001 * (c % 3)) for c in range(1, 9)]
-    fit = fit_load(points)
-    assert fit is not None and fit.contention == 0.0
-    mean = sum(y for _, _, y in points) / len(points)
-    assert fit.at(4.5) == pytest.approx(mean, rel=0.05)  # the contended level its samples met, not the floor
-    assert fit.at(4.5) > fit.floor * 1.05
-
-
-def test_one_load_measured_does_not_claim_a_busy_neighbours_stream() -> None:
-    """y was measured only alone at one load, a little faster than x there. Its flat fit predicts the same
-    at fifteen, far ahead of x at fifteen; compared where y was measured, it is not the clearly better
-    engine, so the request on y is charged for slowing x's fourteen and the stream stays on x."""
-    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
-    for sample in samples(0.020):
-        recorder.record("x", "default", sample)
-    alone = Sample(e2e=0.1 + 255 * 0.019, ttft=0.1, output_tokens=256, prompt_tokens=2048, concurrency=1)
-    for _ in range(9):  # one load, the device otherwise idle
-        recorder.record("y", "default", alone)
-    assert build_model(recorder.samples("y", "default")).measured_loads == (1, 1)
-    assert stress_router(recorder, SHARED).route("completions", STRESS, LOADED).ranked[0] == "x"
