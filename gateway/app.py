@@ -39,6 +39,7 @@ from gateway.engines.manager import EngineManager
 from gateway.engines.metrics import EngineCollector
 from gateway.engines.on_demand import StartOnDemand
 from gateway.policy.load import PolicyWatcher
+from gateway.proxy.decode_probe import DecodeProbes, ProbeTarget
 from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job, Observer
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
 from gateway.proxy.upstream import AiohttpTransport, UpstreamTransport
@@ -108,10 +109,11 @@ def build_gateway(
         # Every load checks the backend names the policy uses against this config's backends.
         known = known_backends(settings)
         watcher = PolicyWatcher(settings.policy, on_reload=metrics.count_policy_reload, known=known)
-        objective = adaptive_scorer(measurement, settings.backends)
+        probes = decode_probes(settings, transport, measurement, registry)
+        objective = adaptive_scorer(measurement, settings.backends, probes=True)
         router = PolicyRouter(watcher, objective_scorer=objective)
-        booking.append(book_explorations(objective))
-        running.append(watcher)
+        booking.append(book_explorations(objective, probes))
+        running += [watcher, probes]
     # The policy router learns each backend's characters per token from the usage it reports.
     learn = [router.observe] if isinstance(router, PolicyRouter) else []
     # Learned warm-ups live next to the live-measurement snapshots (the same resolved state directory).
@@ -167,15 +169,50 @@ def first_content_s(settings: Settings) -> float:
     return max(queue.timeout_s, queue.warming_wait_s or 0.0) + settings.timeouts.first_byte_s
 
 
-def adaptive_scorer(measurement: Measurement, backends: Sequence[BackendConfig]) -> AdaptiveScorer:
+def adaptive_scorer(
+    measurement: Measurement, backends: Sequence[BackendConfig], probes: bool = False
+) -> AdaptiveScorer:
     """The policy router's objective scorer, handed what it reads: the live windows, the requests in flight
-    as far as each has gone, each engine's latest report (when scraped) and which backends share a device."""
+    as far as each has gone, each engine's latest report (when scraped) and which backends share a device;
+    `probes`: its plans' decode probes are sent (book_explorations)."""
     scraper = measurement.scraper
     return AdaptiveScorer(
         measurement.recorder,
         hints=scraper.hint if scraper is not None else None,
         devices={b.name: b.device for b in backends if b.device is not None},
         progress=measurement.progress.view,
+        probes=probes,
+    )
+
+
+def decode_probes(
+    settings: Settings, transport: UpstreamTransport, measurement: Measurement, registry: Registry
+) -> DecodeProbes:
+    """Decode probes for every backend a pool serves, under the model name that pool sends it, recorded
+    into the live windows with the load and device sharing a request sent there now would meet."""
+    targets: dict[str, ProbeTarget] = {}
+    for pool in settings.pools:
+        for name in pool.backends:
+            config = next((b for b in settings.backends if b.name == name), None)
+            if config is None or name in targets:
+                continue
+            headers = {"content-type": "application/json"}
+            if config.api_key:
+                headers["authorization"] = f"Bearer {config.api_key}"
+            targets[name] = ProbeTarget(config.url.rstrip("/"), pool.served_name(name), headers)
+    devices = {b.name: b.device for b in settings.backends if b.device is not None}
+
+    def device_busy(backend: str) -> bool:
+        device = devices.get(backend)
+        busy = registry.inflight.busy()
+        return device is not None and any(devices.get(o) == device for o in busy if o != backend)
+
+    return DecodeProbes(
+        transport,
+        targets,
+        measurement.recorder.record,
+        inflight=lambda backend: registry.inflight[backend],
+        device_busy=device_busy,
     )
 
 
@@ -211,13 +248,17 @@ def engine_queue(scraper: MetricsScraper) -> Callable[[str], float | None]:
     return waiting
 
 
-def book_explorations(scorer: AdaptiveScorer) -> DispatchListener:
+def book_explorations(scorer: AdaptiveScorer, probes: DecodeProbes | None = None) -> DispatchListener:
     """A dispatch listener: the exploration a request's decision planned is booked once, with the backend
-    its first attempt went to."""
+    its first attempt went to, and the decode probe it planned is sent."""
 
     def book(job: Job, backend: str) -> None:
-        if job.exploration is not None:
-            scorer.book(job.exploration, backend)
+        plan = job.exploration
+        if plan is None:
+            return
+        scorer.book(plan, backend)
+        if plan.probe and plan.backend is not None and probes is not None:
+            probes.send(plan.backend)
 
     return book
 

@@ -60,6 +60,10 @@ class ScrapeResult:
     metrics: EngineMetrics
     acceptance: SpecAcceptance | None  # since the previous good scrape (first scrape: since start)
     acceptance_total: SpecAcceptance | None  # since the engine started
+    # Requests waiting in this report and the previous good one (the smaller count; the first report:
+    # its own). A request that arrived since the engine's last step waits in one report and runs by the
+    # next, on an engine with room (vLLM admits at the next step); a queue shows in both.
+    queued: float | None = None
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.taken_at)
@@ -170,6 +174,7 @@ class MetricsScraper:
                 metrics=metrics,
                 acceptance=acceptance_between(previous.metrics if previous else None, metrics),
                 acceptance_total=acceptance_between(None, metrics),
+                queued=persisting_queue(previous.metrics if previous else None, metrics),
             )
         except asyncio.CancelledError:
             raise
@@ -197,9 +202,17 @@ class MetricsScraper:
         return failures
 
 
+def persisting_queue(previous: EngineMetrics | None, latest: EngineMetrics) -> float | None:
+    """Requests waiting in both reports (the smaller count), or the latest's when there is no previous."""
+    if previous is None or previous.waiting is None or latest.waiting is None:
+        return latest.waiting
+    return min(previous.waiting, latest.waiting)
+
+
 def hint_from_scrape(result: ScrapeResult | None, now: float, stale_after_s: float) -> EngineHint | None:
-    """The router's view of one scrape; `now` is on the scraper's clock (MetricsScraper.now())."""
+    """The router's view of one scrape; `now` is on the scraper's clock (MetricsScraper.now()). Its
+    queue is the one that persisted over the last two reports (ScrapeResult.queued)."""
     if result is None:
         return None
     m = result.metrics
-    return EngineHint(m.waiting, m.running, m.kv_usage, result.age(now), stale_after_s)
+    return EngineHint(result.queued, m.running, m.kv_usage, result.age(now), stale_after_s)

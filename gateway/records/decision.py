@@ -32,13 +32,15 @@ class ExplorationPlan:
 
     `accrued` is the credit this request adds; `backend`, when set, is the under-measured backend the
     request explores, which spends one credit and books one exploration if the request is sent there (sent
-    elsewhere, it spends nothing). `drop`: nothing is left to measure for the profile, so its credit is
-    dropped instead of carried into the next gap."""
+    elsewhere, it spends nothing). `probe`: `backend` is measured by a decode probe (proxy/decode_probe.py)
+    instead, sent when the request is, wherever the request goes. `drop`: nothing is left to measure for
+    the profile, so its credit is dropped instead of carried into the next gap."""
 
     profile: str
     accrued: float = 0.0
     backend: str | None = None
     drop: bool = False
+    probe: bool = False
 
 
 @dataclass(frozen=True, slots=True)

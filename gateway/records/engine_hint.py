@@ -10,7 +10,8 @@ class EngineHint:
     """One backend's latest engine /metrics figures the router reads, with their age on the reporter's clock.
     Stale data (older than `stale_after_s`) is ignored by the router, explicitly."""
 
-    waiting: float | None
+    waiting: float | None  # a queue seen in its two latest reports (backends/scraper.py), not a request
+    # caught between arrival and the engine's next step
     running: float | None
     kv_usage: float | None  # 0..1
     age_s: float

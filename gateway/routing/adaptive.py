@@ -23,7 +23,10 @@ so a request that starts, or prolongs, one engine's busy period next to a busy o
 gain outweighs what the contention costs the other. The harm is myopic, so it decides how traffic mixes,
 not which engine it piles onto: a busy neighbour is not charged for when the candidate, with the device's
 whole load on it alone, beats the neighbour alone at that load by more than `tolerance`
-(shared_device.charged).
+(shared_device.charged). Nor does the harm split a device's load: the engine with the most requests in
+flight holds its device, and another engine of it takes the request only when its steady state beats the
+holder's by more than half the tolerance (shared_device.holders; one claimed beyond the loads it measured
+is carried there along the holder's fit, `_claims`), else it scores 0 and the holder the better of the two.
 Devices come from `backends[].device`; a backend without one is a device of its own.
 The window's error rate turns the value into the cost per *successful* request (a backend that fails half
 its requests takes twice as long per answer). Scores are then normalised across candidates:
@@ -55,7 +58,10 @@ requests of a steady stream is not idle), times the share of the exploration tha
 beyond the n requests it already runs (1 / (n + 1)). Credit then accrues at only `contended_share` / that
 count of the usual rate, so the slow-down exploring causes per request does not grow with the neighbour's
 load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
-happens if none comes. An idle backend on a device of its own, while the winner is busy, slows nobody and
+happens if none comes. Where it would go to an engine beside a busy one, for a `tokens_per_second` profile
+and novel content, and the cell borrows the engine's fit (under min_samples), a decode probe measures it
+instead (`probes`; proxy/decode_probe.py): the plan says so, the request goes to the winner. An idle
+backend on a device of its own, while the winner is busy, slows nobody and
 joins no queue when explored (shared_device.spreads): its credit accrues at MAX_EPSILON, so the same
 min_samples requests are spent sooner and the prior rules for fewer requests.
 
@@ -64,7 +70,8 @@ profile is too old is due (`_stale`): a measured cell after `refresh_requests` r
 (or `refresh_s` seconds) since its newest send, a cell short of min_samples after min_samples / epsilon
 since its min_samples-th newest (pacing.blind_bound), and any cell measured before another backend of the
 profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). A due cell is
-explored at MAX_EPSILON whatever the contention (pacing.plan_refresh), the stalest first. A repetitive
+explored at MAX_EPSILON whatever the contention, back to back beside a busy engine (pacing.plan_refresh),
+the stalest first. A repetitive
 request explores the "<profile> (repetitive)" unit, counted by its repetitive samples
 (pacing.exploration_unit), so a speculative engine's decode speed is learned for both kinds of content.
 
@@ -89,7 +96,7 @@ from typing import Any
 
 from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan, Progress
-from gateway.routing.cells import MIN_SAMPLES, CellModel, CellView, ModelCache, Windows
+from gateway.routing.cells import MIN_SAMPLES, CellModel, CellView, ModelCache, Windows, repetitive
 from gateway.routing.context import RouteContext
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.pacing import (
@@ -105,9 +112,15 @@ from gateway.routing.pacing import (
 )
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
-from gateway.routing.shared_device import charged, contended, device_members, spreads
+from gateway.routing.shared_device import (
+    charged,
+    contended,
+    device_members,
+    holders,
+    spreads,
+)
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
-from gateway.routing.verdict import Verdict, verdict
+from gateway.routing.verdict import Verdict, effective_value, verdict
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
@@ -115,6 +128,16 @@ EngineHints = Callable[[str], EngineHint | None]
 InFlightProgress = Callable[[str], Progress]
 # Profiles remembered per backend for its slow-down's shift (policies have a handful).
 MAX_PROFILES = 64
+# The steady-state gain, as a share of `tolerance`, that moves a shared device's traffic from the engine
+# holding it to another (shared_device.holders): half, so seed 003's +24 % for MTP under stress moves it
+# while a 5 % chat difference does not make the device flip between engines on noise.
+HOLD_MARGIN = 0.5
+
+
+def measured_reach(model: CellModel) -> float:
+    """The highest load every fit of `model` has measured (0: none fitted)."""
+    reaches = [fit.high_c for fit in (model.ttft, model.tpot) if fit is not None]
+    return min(reaches, default=0.0)
 
 
 def own_content(model: CellModel, cell: CellModel, repetition: float, min_samples: int) -> CellModel:
@@ -145,6 +168,7 @@ class AdaptiveScorer:
         ledger: ExplorationLedger | None = None,
         explore: bool = True,
         progress: InFlightProgress | None = None,
+        probes: bool = False,
     ) -> None:
         self.windows = windows
         self.hints = hints
@@ -157,6 +181,7 @@ class AdaptiveScorer:
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
         self.explore = explore  # False: never explores (explain's preview)
+        self.probes = probes  # True: decode probes are sent for plans that ask (proxy/decode_probe.py)
         self._counts: dict[tuple[str, str], tuple[int, int, int]] = {}  # key -> (version, count, errors)
         self._prior = PreferenceScorer()
 
@@ -183,11 +208,33 @@ class AdaptiveScorer:
             return decided
         unit, measured = exploration_unit(ctx.profile.name, ctx.features.repetition, cells)
         explored, plan = self._explore(unit, knobs, measured, decided, device, at)
+        if explored is not None and plan is not None and self._probe_instead(ctx, cells, device, explored):
+            return replace(decided, plan=replace(plan, probe=True))
         if explored is None:
             return replace(decided, plan=plan)
         errors = {name: cell.error_rate for name, cell in cells.items()}
         exploring = verdict(decided.predictions, errors, decided.prior, explored, knobs.tolerance)
         return replace(exploring, plan=plan)
+
+    def _probe_instead(
+        self,
+        ctx: RouteContext,
+        cells: Mapping[str, CellView],
+        device: Mapping[str, Sequence[DeviceLoad]],
+        explored: Exploration,
+    ) -> bool:
+        """Whether a decode probe measures what exploring `explored.backend` with this request would: the
+        profile ranks by decode speed, which the cell borrows from the engine's all-profile fit while short
+        of samples (`_model`; probes feed that fit), the content is novel (what a probe's is), and the
+        request would slow busy requests of its device's other engines for its whole life."""
+        name = explored.backend
+        return (
+            self.probes
+            and ctx.profile.objective == "tokens_per_second"
+            and not repetitive(ctx.features.repetition)
+            and cells[name].model.samples < ctx.adaptive.min_samples
+            and contended(name, device[name]) > 0
+        )
 
     def book(self, plan: ExplorationPlan, backend: str) -> None:
         """The dispatcher sent a request planned as `plan` to `backend`: apply the plan (pacing.py)."""
@@ -224,7 +271,55 @@ class AdaptiveScorer:
         ]
         errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = self._prior.score(ctx, backends)
-        return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance)
+        held = holders(
+            device,
+            self._claims(ctx, models, device, steady, errors, config),
+            higher_is_better=ctx.profile.objective == "tokens_per_second",
+            margin=ctx.adaptive.tolerance * HOLD_MARGIN,
+        )
+        return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance, held=held)
+
+    @staticmethod
+    def _claims(
+        ctx: RouteContext,
+        models: Mapping[str, CellModel],
+        device: Mapping[str, Sequence[DeviceLoad]],
+        steady: Mapping[str, Prediction],
+        errors: Mapping[str, float],
+        config: PredictConfig,
+    ) -> dict[str, float]:
+        """Each steady state per successful request, for shared_device.holders. One claimed beyond the
+        loads its fits measured (a flat fit from a few requests would claim at sixteen what it did at one)
+        is taken at the highest load it measured and carried to the device's load along the holder's own
+        fit: engines of one device scale with their batch alike, and the holder has measured that load."""
+
+        def value_at(backend: str, inflight: int) -> float | None:
+            at = predict_with_model(
+                backend,
+                models[backend],
+                inflight=inflight,
+                objective=ctx.profile.objective,
+                max_output_tokens=ctx.features.max_output_tokens,
+                config=config,
+                repetition=ctx.features.repetition,
+            )
+            return effective_value(at, errors.get(backend, 0.0))
+
+        claims: dict[str, float] = {}
+        for name, prediction in steady.items():
+            members = device[name]
+            holder = max(members, key=lambda d: d.inflight).backend
+            load = sum(d.inflight for d in members)  # as _steady put it on each: c = load + 1
+            reach = measured_reach(models[name])
+            if holder != name and 1 <= reach <= load:
+                mine, low = value_at(name, int(reach) - 1), value_at(holder, int(reach) - 1)
+                high = value_at(holder, load)
+                if mine is not None and low and high is not None:
+                    claims[name] = mine * high / low
+                    continue
+            if (value := effective_value(prediction, errors.get(name, 0.0))) is not None:
+                claims[name] = value
+        return claims
 
     @staticmethod
     def _steady(
@@ -286,7 +381,9 @@ class AdaptiveScorer:
         credit = self.ledger.credit(profile)
         stale = self._stale(profile, knobs, cells, counts, at)
         if stale:
-            refresh, accrued = plan_refresh({name: age for name, (age, _) in stale.items()}, credit)
+            ages = {name: age for name, (age, _) in stale.items()}
+            contending = [name for name in ages if contended(name, device[name])]
+            refresh, accrued = plan_refresh(ages, credit, back_to_back=contending)
             if refresh is not None:
                 refresh = replace(refresh, why=f"{refresh.why}: {stale[refresh.backend][1]}")
             backend = refresh.backend if refresh is not None else None
@@ -320,9 +417,8 @@ class AdaptiveScorer:
         once."""
         changed = {name: cell.model.regime_run for name, cell in cells.items() if cell.model.regime_run}
         for name in cells:
-            slowed = self._slowed.get(name)
-            if slowed is not None and slowed[1].live > 1.0 + knobs.tolerance and slowed[1].slow:
-                changed[name] = max(changed.get(name, 0), slowed[1].slow)
+            if self._has_slowed(name, knobs.tolerance):
+                changed[name] = max(changed.get(name, 0), self._slowed[name][1].slow)
         stale: dict[str, tuple[Age, str]] = {}
         for name, count in counts.items():
             if cells[name].count < count >= knobs.min_samples:  # its estimate's requests are under way
@@ -338,6 +434,12 @@ class AdaptiveScorer:
                 stale[name] = (age, why)
         return stale
 
+    def _has_slowed(self, backend: str, tolerance: float) -> bool:
+        """Whether `backend`'s requests in flight or newest ones run slower than its fits by more than
+        `tolerance` (its slow-down as of this decision)."""
+        slowed = self._slowed.get(backend)
+        return slowed is not None and slowed[1].live > 1.0 + tolerance and bool(slowed[1].slow)
+
     def without_exploration(self) -> AdaptiveScorer:
         """The same scorer, state and caches with exploration off: explain previews the predicted ranking."""
         preview = AdaptiveScorer(
@@ -348,6 +450,7 @@ class AdaptiveScorer:
             ledger=self.ledger,
             explore=False,
             progress=self.progress,
+            probes=self.probes,
         )
         preview._counts = self._counts
         preview._paces = self._paces
@@ -437,7 +540,8 @@ class AdaptiveScorer:
         for b in backends:
             others_busy = any(inflight[o] > 0 for o in members[b.name] if o != b.name)
             model = self.cache.backend(self.windows, b.name, at)
-            loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model)
+            capacity = b.engine_capacity or b.max_concurrency
+            loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model, capacity)
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
 
     def _cell(self, backend: str, profile: str, at: float) -> CellView:

@@ -32,6 +32,7 @@ class Fit:
     low_c: float  # lowest measured concurrency
     floor: float  # fastest measured value
     contention: float = 0.0  # added while another backend on the device is busy
+    high_c: float = math.inf  # highest measured concurrency (what the fit has seen, not a limit on it)
 
     def at(self, concurrency: float, device_busy: bool = False) -> float:
         value = self.intercept + self.slope * max(concurrency, self.low_c)
@@ -50,7 +51,8 @@ def fit_linear(points: Sequence[tuple[float, float]]) -> Fit | None:
     if var_c > 0:
         slope = max(0.0, sum((c - mean_c) * (y - mean_y) for c, y in points) / var_c)
     low_c = min(c for c, _ in points)
-    return Fit(mean_y - slope * mean_c, slope, low_c, min(y for _, y in points))
+    high_c = max(c for c, _ in points)
+    return Fit(mean_y - slope * mean_c, slope, low_c, min(y for _, y in points), high_c=high_c)
 
 
 def fit_load(points: Sequence[LoadPoint]) -> Fit | None:
@@ -65,6 +67,7 @@ def fit_load(points: Sequence[LoadPoint]) -> Fit | None:
     # One pass of raw sums (the router refits a cell whenever it records a sample), centred afterwards.
     sc = sz = sy = rcc = rzz = rcz = rcy = rzy = 0.0
     low_c = floor = math.inf
+    high_c = -math.inf
     for c, z, y in points:
         sc += c
         sz += z
@@ -76,6 +79,8 @@ def fit_load(points: Sequence[LoadPoint]) -> Fit | None:
         rzy += z * y
         if c < low_c:
             low_c = c
+        if c > high_c:
+            high_c = c
         if y < floor:
             floor = y
     mc, mz, my = sc / n, sz / n, sy / n
@@ -94,7 +99,7 @@ def fit_load(points: Sequence[LoadPoint]) -> Fit | None:
         b = max(0.0, scy / scc)
     elif szz > 0:
         g = max(0.0, szy / szz)
-    return Fit(my - b * mc - g * mz, b, low_c, floor, g)
+    return Fit(my - b * mc - g * mz, b, low_c, floor, g, high_c)
 
 
 def _centred(raw: float, mean_part: float) -> float:

@@ -38,6 +38,7 @@ class DeviceLoad:
     inflight: int
     device_busy: bool  # some *other* backend of the device has requests in flight
     model: CellModel  # fitted over all of this backend's samples, any profile
+    capacity: int | None = None  # requests it runs at once (engine report or configured); None: unknown
 
 
 def busy_extension(candidate: DeviceLoad, duration: float) -> float:

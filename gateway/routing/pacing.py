@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -66,14 +66,20 @@ def stale_reason(age: Age, *, max_requests: int, max_s: float, changed: int | No
     return None
 
 
-def plan_refresh(ages: Mapping[str, Age], credit: float) -> tuple[Exploration | None, float]:
+def plan_refresh(
+    ages: Mapping[str, Age], credit: float, back_to_back: Collection[str] = ()
+) -> tuple[Exploration | None, float]:
     """The refresh this request makes among the `ages` of cells past their bound, and the credit it adds.
     Contention no longer defers it: the stalest (ties by name) accrues MAX_EPSILON per request, so it is
-    measured within two requests of its profile whatever its device's load."""
+    measured within two requests of its profile whatever its device's load, and one in `back_to_back` 1,
+    so every request of the profile goes there until its estimate is under way: the requests of one
+    estimate overlap on an engine that would slow a busy neighbour, which then shares the device for about
+    one request's time instead of one per sample."""
     backend = min(ages, key=lambda name: (-ages[name].requests, -ages[name].seconds, name))
-    if credit + MAX_EPSILON < 1.0 - ROUNDING:
-        return None, MAX_EPSILON
-    return Exploration(backend, f"{backend}: refresh"), MAX_EPSILON
+    rate = 1.0 if backend in back_to_back else MAX_EPSILON
+    if credit + rate < 1.0 - ROUNDING:
+        return None, rate
+    return Exploration(backend, f"{backend}: refresh"), rate
 
 
 def plan_exploration(
@@ -152,9 +158,12 @@ class ExplorationLedger:
             self._credit.pop(plan.profile, None)
             return
         credit = self._credit.get(plan.profile, 0.0) + plan.accrued
-        if plan.backend is not None and plan.backend == backend:
+        if plan.backend is not None and (plan.backend == backend or plan.probe):
             credit -= 1.0
-            self._remember(backend, plan.profile, now, since)
+            self._remember(plan.backend, plan.profile, now, since)
+            if plan.probe:  # measured now, though the request went elsewhere: the cell's age restarts
+                booked, _ = self._booked[plan.profile]
+                self._send(plan.backend, plan.profile, booked, now)
         self._credit[plan.profile] = credit
 
     def _count(self, profile: str, backend: str, now: float) -> None:
@@ -162,13 +171,17 @@ class ExplorationLedger:
         if profile not in self._booked and len(self._booked) >= self.max_cells:
             del self._booked[next(iter(self._booked))]
         self._booked[profile] = (booked + 1, started)
+        self._send(backend, profile, booked + 1, now)
+
+    def _send(self, backend: str, profile: str, index: int, now: float) -> None:
+        """A send to the cell: the `index`-th request of its profile, at `now`."""
         key = (backend, profile)
         sends = self._routed.get(key)
         if sends is None:
             if len(self._routed) >= self.max_cells:
                 del self._routed[next(iter(self._routed))]
             sends = self._routed[key] = deque(maxlen=KEPT_SENDS)
-        sends.append((booked + 1, now))
+        sends.append((index, now))
 
     def _remember(self, backend: str, profile: str, now: float, since: float) -> None:
         key = (backend, profile)

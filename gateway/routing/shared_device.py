@@ -38,9 +38,7 @@ def charged(
     def beaten(other: Prediction | None) -> bool:
         if mine.value is None or other is None or other.value is None:
             return False
-        if mine.higher_is_better:
-            return mine.value > other.value * (1 + tolerance)
-        return mine.value * (1 + tolerance) < other.value
+        return _beats(mine.value, other.value, mine.higher_is_better, tolerance)
 
     return [
         d for d in members if d.backend == backend or d.inflight <= 0 or not beaten(steady.get(d.backend))
@@ -66,3 +64,39 @@ def contended(backend: str, device: Sequence[DeviceLoad]) -> float:
     own = next(d.inflight for d in device if d.backend == backend)
     neighbours = sum(max(d.inflight, d.model.recent_concurrency) for d in device if d.backend != backend)
     return neighbours / (own + 1)
+
+
+def holders(
+    device: Mapping[str, Sequence[DeviceLoad]],
+    steady: Mapping[str, float],
+    *,
+    higher_is_better: bool,
+    margin: float,
+) -> dict[str, str]:
+    """Per candidate that should leave its device to the engine holding it, that engine.
+
+    Engines sharing a device share its memory bandwidth: two running at once each step slower, so a
+    device's load served by one engine beats the same load split over two unless the other engine is
+    faster by more than the contention costs (on a Spark a busy neighbour nearly doubles a step). The
+    engine with the most requests in flight holds the device; another takes this request only when its
+    steady state (`steady`: the request's objective per successful request with the device's whole load
+    on it alone) beats the holder's by more than `margin`, which moves the device's traffic over to it.
+    No hold when the holder is full (its requests at its capacity: beyond that it queues) or its steady
+    state is unknown: the per-request costs decide."""
+    held: dict[str, str] = {}
+    for name, members in device.items():
+        holder = max(members, key=lambda d: d.inflight)
+        if holder.backend == name or holder.inflight <= 0:
+            continue
+        theirs = steady.get(holder.backend)
+        if theirs is None or (holder.capacity is not None and holder.inflight >= holder.capacity):
+            continue
+        mine = steady.get(name)
+        if mine is not None and _beats(mine, theirs, higher_is_better, margin):
+            continue
+        held[name] = holder.backend
+    return held
+
+
+def _beats(value: float, other: float, higher_is_better: bool, margin: float) -> bool:
+    return value > other * (1 + margin) if higher_is_better else value * (1 + margin) < other

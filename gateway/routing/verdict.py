@@ -50,8 +50,11 @@ def verdict(
     prior: Mapping[str, float],
     explored: Exploration | None,
     tolerance: float,
+    held: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """Scores in [0, 1] per backend from its prediction (pure; formulas in the module docstring)."""
+    """Scores in [0, 1] per backend from its prediction (pure; formulas in the module docstring).
+    A backend in `held` leaves its shared device to the engine named there (shared_device.holders): that
+    engine stands for the device with the best score among them, and the held one scores 0."""
     names = [p.backend for p in predictions]
     if explored is not None:
         scores = {name: 1.0 if name == explored.backend else 0.0 for name in names}
@@ -75,7 +78,14 @@ def verdict(
         else UNKNOWN_WEIGHT * prior.get(name, 0.0)
         for name in names
     }
-    return Verdict(scores, tuple(predictions), dict(prior), None, _why(predictions, values, gaps), values)
+    why = _why(predictions, values, gaps)
+    held = {name: holder for name, holder in (held or {}).items() if name in scores and holder in scores}
+    for name, holder in held.items():  # the holder stands for its device: the best of its scores
+        scores[holder] = max(scores[holder], scores[name])
+        why += f"; {name} leaves its device to {holder}, which holds it"
+    for name in held:
+        scores[name] = 0.0
+    return Verdict(scores, tuple(predictions), dict(prior), None, why, values)
 
 
 def _why(predictions: Sequence[Prediction], values: Mapping[str, float], gaps: Mapping[str, float]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gateway.policy.load import parse_policy
@@ -11,6 +13,7 @@ from gateway.routing.cells import build_model
 from gateway.routing.fitting import fit_load
 from gateway.routing.harm import DeviceLoad, device_harm
 from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.shared_device import holders
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import decode_samples as samples
@@ -101,9 +104,10 @@ def test_exploration_waits_for_a_moment_when_it_slows_the_busy_engine_least() ->
     assert first_exploration(0, 0, SHARED, history=False)[:2] == [1, 3]  # a quiet device: the same
     # Waking y next to x's 14 requests slows all 14: credit accrues at 0.5 x 0.2 / 14 per request, so it
     # would wait for the 140th. Deferred only up to the bound: a cell short of min_samples is due once
-    # min_samples / epsilon = 10 requests went by, then measured at 0.5 whatever the contention.
-    assert first_exploration(14, 0, SHARED) == [11, 13, 15, 17, 19]  # and never more than min_samples
-    assert first_exploration(14, 3, SHARED)[0] == 11
+    # min_samples / epsilon = 10 requests went by, then measured whatever the contention.
+    # Back to back, so the 5 overlap: y keeps x's requests company for one request's time, not five.
+    assert first_exploration(14, 0, SHARED) == [10, 11, 12, 13, 14]  # and never more than min_samples
+    assert first_exploration(14, 3, SHARED)[0] == 10
     # Within a farther bound, the deferral itself: y already runs 3, so only ~1/4 of an exploration keeps
     # it busy longer and x's 14 count as 3.5 (the 35th request); x between two requests of a stream whose
     # requests met 8.5 on average is not a quiet device (the 85th).
@@ -119,3 +123,82 @@ def test_deferred_exploration_is_kept_less_often_the_more_requests_it_would_slow
     # 2000 requests at 0.5 x 0.2 / n: next to 16 in flight 12, next to 32 6; next to 1, x's recent
     # load (8.5) counts: 23.
     assert kept == {1: 23, 16: 12, 32: 6}
+
+
+def claims_held(y_value: float, x_inflight: int = 14, capacity: int | None = None,
+                x_claim: bool = True) -> dict[str, str]:
+    """holders() for x (100 tok/s with the device's load on it alone) and an idle y sharing its device."""
+    model = build_model(samples(0.020))
+    x, y = DeviceLoad("x", x_inflight, False, model, capacity), DeviceLoad("y", 0, x_inflight > 0, model)
+    claims = {"y": y_value} | ({"x": 100.0} if x_claim else {})
+    return holders({"x": [x, y], "y": [x, y]}, claims, higher_is_better=True, margin=0.125)
+
+
+def test_a_shared_device_is_left_to_the_engine_holding_it_unless_another_clearly_beats_it() -> None:
+    assert claims_held(110.0) == {"y": "x"}  # 10 % faster alone: not worth moving the device's traffic
+    assert claims_held(130.0) == {}  # 30 % faster: the traffic moves to it
+    assert claims_held(110.0, x_inflight=32, capacity=32) == {}  # the holder is full: beyond, it queues
+    assert claims_held(110.0, x_inflight=0) == {}  # an idle device has no holder
+    assert claims_held(110.0, x_claim=False) == {}  # the holder's steady state unknown: costs decide
+
+
+def shared_and_apart(y_tpot: float) -> tuple[str, str, str]:
+    """Where a decode request goes with x running 14 (measured at loads 1 to 16, never beside y, so no
+    contention learned) and y idle, measured at loads 1 to 3 only (a flat fit) at `y_tpot`: on one device
+    and on two, and the shared device's reason."""
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    alone = [replace(s, device_share=0.0) for s in samples(0.020)]
+    for sample in alone:
+        recorder.record("x", "default", sample)
+    for sample in alone[:3] * 2:
+        recorder.record("y", "default", replace(sample, e2e=0.1 + 255 * y_tpot))
+    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
+    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+    loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
+    shared = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=SHARED))
+    why = shared.explain("completions", body, loaded)["scoring"]["adaptive"]["why"]
+    apart = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder))
+    return (shared.route("completions", body, loaded).ranked[0],
+            apart.route("completions", body, loaded).ranked[0], why)
+
+
+def test_requests_stay_with_the_engine_holding_the_device_unless_another_beats_it_at_its_load() -> None:
+    # x's fit, over samples a third of which met contention it did not learn, reads 0.027 s at 3. y at
+    # 0.025 is half again as fast per request as x at the 15 x runs, but only 8 % faster at the loads it
+    # measured, so carried along x's fit to 15 as well: not worth moving the device's traffic. On
+    # separate devices y wins.
+    shared, apart, why = shared_and_apart(0.025)
+    assert (shared, apart) == ("x", "y") and "y leaves its device to x" in why
+    # Twice as fast at any load: the device's traffic moves to y.
+    shared, apart, why = shared_and_apart(0.010)
+    assert (shared, apart) == ("y", "y") and "leaves its device" not in why
+
+
+def probed(
+    x_inflight: int, probes: bool = True, devices: dict[str, str] = SHARED
+) -> list[tuple[int, str, bool]]:
+    """(request, where it went, whether it probed y) for each request that measured y, as in
+    first_exploration (x measured and busy, y never answered, epsilon 0.5)."""
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    for sample in samples(0.020):
+        recorder.record("x", "default", sample)
+    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5, min_samples=5)))
+    router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=devices, probes=probes))
+    body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+    pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
+    measured = []
+    for i in range(40):
+        decision = router.route("completions", body, pool)
+        plan = decision.exploration
+        went = sent(router, decision)
+        if went == "y" or (plan is not None and plan.probe):
+            measured.append((i, went, plan is not None and plan.probe))
+    return measured
+
+
+def test_a_busy_neighbour_gets_a_decode_probe_where_a_request_would_have_explored() -> None:
+    # y is due after 10 requests: five probes back to back, every request still going to x.
+    assert probed(14) == [(i, "x", True) for i in (10, 11, 12, 13, 14)]
+    assert probed(14, probes=False) == [(i, "y", False) for i in (10, 11, 12, 13, 14)]  # no prober
+    # On a device of its own, exploring y slows nobody: requests measure it, every second one.
+    assert probed(14, devices={}) == [(i, "y", False) for i in (1, 3, 5, 7, 9)]

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from gateway.api.asgi import http_scope
 from gateway.app import adaptive_scorer, build_app, build_gateway
@@ -12,6 +13,7 @@ from gateway.backends.registry import Status
 from gateway.bench.routing_trace import CLASSES, Lifespan, post, request_body
 from gateway.commands.serve import settings_for_fleet
 from gateway.policy.load import parse_policy
+from gateway.proxy.decode_probe import PROBE_PROFILE, PROBE_TOKENS, DecodeProbes
 from gateway.records import BackendSnapshot, RequestRecord, Sample
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.settings import BackendConfig, MeasurementConfig, load_settings
@@ -170,3 +172,31 @@ def test_a_policy_file_wires_the_adaptive_scorer_into_the_router() -> None:
     gateway = build_gateway(settings)
     assert isinstance(gateway.router, PolicyRouter) and gateway.router.objective_scorer is not None
     assert gateway.measurement is not None and gateway.measurement.scraper is not None
+
+
+@pytest.mark.parametrize("flavor", ["vllm", "sglang", "llamacpp"])
+def test_a_decode_probe_is_answered_by_the_engine_and_recorded_under_its_own_profile(
+    tmp_path: Path, flavor: str
+) -> None:
+    spec = load_fleet(REPO / "deploy/fleets/spark-duo-35b.yaml")
+    engines = [e.model_copy(update={"warmup_s": 0.0, "flavor": flavor}) for e in spec.engines]
+    spec = spec.model_copy(update={"engines": engines})
+
+    async def scenario() -> list[Sample]:
+        async with TwinFleet(spec, time_scale=200.0, ephemeral_ports=True) as fleet:
+            await fleet.wait_ready()
+            settings = settings_for_fleet(spec, {n: fleet.url(n) for n in fleet.names})
+            gateway = build_gateway(settings)
+            probes = next(s for s in gateway.services if isinstance(s, DecodeProbes))
+            async with Lifespan(build_app(gateway)), asyncio.timeout(20):
+                probes.send("fp8-base")
+                assert gateway.measurement is not None
+                recorder = gateway.measurement.recorder
+                while not (samples := recorder.samples("fp8-base", PROBE_PROFILE)):
+                    await asyncio.sleep(0.01)
+                return list(samples)
+
+    [sample] = asyncio.run(scenario())
+    assert sample.output_tokens == PROBE_TOKENS and not sample.error
+    assert sample.ttft is not None and 0 < sample.ttft < sample.e2e
+    assert sample.concurrency == 1 and sample.device_share == 0.0  # nothing else ran on the Spark

@@ -81,6 +81,22 @@ async def test_latest_holds_parsed_metrics_and_interval_acceptance() -> None:
     assert total is not None and total.acceptance_rate == pytest.approx(200 / 300)
 
 
+async def test_the_router_sees_a_queue_only_once_it_shows_in_two_reports_running() -> None:
+    fetch, clock = ScriptedFetch(), FakeClock()
+    # A request caught between its arrival and the engine's next step, then a queue that stays.
+    fetch.bodies[A.url] = [_vllm_text(0, 1, 2, 1), _vllm_text(1, 1, 2, 1), _vllm_text(0, 1, 2, 1)]
+    fetch.bodies[A.url] += [_vllm_text(3, 1, 2, 1), _vllm_text(5, 1, 2, 1)]
+    scraper = MetricsScraper([A], fetch, interval_s=1.0, clock=clock)
+    seen: list[tuple[float | None, float | None]] = []
+    for _ in range(5):
+        await scraper.scrape_once()
+        hint, latest = scraper.hint("mtp"), scraper.latest("mtp")
+        assert hint is not None and latest is not None
+        seen.append((latest.metrics.waiting, hint.waiting))
+        clock.t += 1.0
+    assert seen == [(0.0, 0.0), (1.0, 0.0), (0.0, 0.0), (3.0, 0.0), (5.0, 3.0)]
+
+
 async def test_data_goes_stale_after_three_intervals_without_a_good_scrape() -> None:
     fetch, clock = ScriptedFetch(), FakeClock()
     fetch.bodies[A.url] = [_vllm_text(0, 1, 2, 1)]

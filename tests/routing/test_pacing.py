@@ -95,6 +95,20 @@ def test_an_exploration_sent_elsewhere_accrues_credit_but_spends_none() -> None:
     assert ledger.credit("p") == 0.0
 
 
+def test_a_probe_spends_its_credit_and_measures_its_cell_wherever_the_request_went() -> None:
+    ledger = ExplorationLedger(max_cells=8)
+    for at in range(4):
+        ledger.book(ExplorationPlan("p"), "a", now=100.0 + at, since=0.0)
+    assert ledger.age("b", "p", now=104.0) == Age(4, 4.0)
+    probe = ExplorationPlan("p", accrued=1.0, backend="b", probe=True)
+    ledger.book(probe, "a", now=105.0, since=0.0)  # the request went to a; b was probed
+    assert ledger.credit("p") == 0.0 and ledger.explorations("b", "p", since=0.0) == 1
+    assert ledger.age("b", "p", now=106.0) == Age(0, 1.0)  # measured with the 5th request of the profile
+    assert ledger.age("a", "p", now=106.0) == Age(0, 1.0)  # the request itself still went to a
+    ledger.book(ExplorationPlan("p"), "a", now=107.0, since=0.0)
+    assert ledger.age("b", "p", now=108.0) == Age(1, 3.0)
+
+
 def test_the_ledger_keeps_at_most_max_cells_cells() -> None:
     ledger = ExplorationLedger(max_cells=2)
     for backend in ("a", "b", "c"):
@@ -128,3 +142,7 @@ def test_a_refresh_goes_to_the_stalest_at_the_highest_rate() -> None:
     assert plan_refresh(ages, credit=0.0) == (None, MAX_EPSILON)  # two requests: the second one refreshes
     explored, rate = plan_refresh(ages, credit=0.5)
     assert explored is not None and explored.backend == "c" and rate == MAX_EPSILON
+    # One that would slow a busy neighbour goes back to back: every request until its estimate is under way.
+    explored, rate = plan_refresh(ages, credit=0.0, back_to_back={"c"})
+    assert explored is not None and explored.backend == "c" and rate == 1.0
+    assert plan_refresh(ages, credit=0.0, back_to_back={"a"}) == (None, MAX_EPSILON)  # c is the stalest

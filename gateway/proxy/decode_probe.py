@@ -1,0 +1,186 @@
+"""Decode probes: a short completion sent to one engine to measure how fast it decodes now, where sending
+it a client's request to find out would cost more than it tells (docs/measurement.md, section 6).
+
+On a shared device, measuring an engine with a client's request keeps that engine busy for the request's
+whole life, and every request of the busy engine beside it runs slower all that time (on a Spark a second
+busy engine nearly doubles the first's step). Decode speed at a load is the engine's, whatever the
+prompt, so for a `tokens_per_second` profile a few dozen tokens tell what a few hundred would: the
+adaptive scorer plans a probe instead (records.ExplorationPlan.probe), the client's request goes where it
+is predicted best, and the probe's sample joins the backend's windows under PROBE_PROFILE, where its
+all-profile fit (what a `tokens_per_second` cell short of samples borrows) reads it.
+
+A probe is a streamed completion of PROBE_TOKENS tokens with `ignore_eos` (vLLM, SGLang and llama.cpp
+accept it), so it decodes them all: its TTFT is the first chunk with text, its token count the usage
+(asked with include_usage) or else its chunks with text. A few probes of one backend may run at once (the
+min_samples of one estimate, planned back to back), never more than MAX_IN_FLIGHT. A probe that fails
+records nothing and blames nobody: health is the prober's and the breakers' business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gateway.proxy.upstream import UpstreamError, UpstreamTransport
+from gateway.records import Sample
+
+log = logging.getLogger(__name__)
+
+PROBE_PROFILE = "(decode probe)"
+# Long enough for a TPOT over a few engine steps (speculative engines emit several tokens a step), short
+# enough to keep its engine busy a small share of what a client's request would.
+PROBE_TOKENS = 32
+PROBE_PROMPT = "Count from one to one hundred in words, separated by commas:"
+# Probes of one backend in flight at once: one estimate's min_samples (policies use 5 to 10), and a bound
+# against anything planning more.
+MAX_IN_FLIGHT = 8
+
+Record = Callable[[str, str, Sample], None]  # (backend, profile, sample): LiveRecorder.record
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTarget:
+    url: str  # the backend's base URL, without /v1
+    model: str  # the model name it serves
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Reading:
+    """What a probe's stream has said so far."""
+
+    first_text_at: float | None = None
+    text_chunks: int = 0
+    completion_tokens: int | None = None
+    prompt_tokens: int = 0
+    pending: bytes = b""
+
+    def feed(self, chunk: bytes, now: float) -> None:
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            payload = line.strip().removeprefix(b"data:").strip()
+            if not line.startswith(b"data:") or payload in (b"", b"[DONE]"):
+                continue
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                continue
+            self._event(event, now)
+
+    def _event(self, event: object, now: float) -> None:
+        if not isinstance(event, dict):
+            return
+        usage = event.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.completion_tokens = usage["completion_tokens"]
+            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        choices = event.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict) and choices[0].get("text"):
+            self.text_chunks += 1
+            if self.first_text_at is None:
+                self.first_text_at = now
+
+
+class DecodeProbes:
+    """Sends decode probes on demand (`send`) and records each one's sample; `stop` cancels those in
+    flight. `inflight` and `device_busy` read the gateway's own counts, as dispatch records a request's."""
+
+    def __init__(
+        self,
+        transport: UpstreamTransport,
+        targets: Mapping[str, ProbeTarget],
+        record: Record,
+        *,
+        inflight: Callable[[str], int],
+        device_busy: Callable[[str], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.transport = transport
+        self.targets = dict(targets)
+        self.record = record
+        self.inflight = inflight
+        self.device_busy = device_busy
+        self.clock = clock
+        self._running: dict[str, set[asyncio.Task[None]]] = {}
+        self.sent = 0  # probes started
+
+    def send(self, backend: str) -> None:
+        """Probe `backend` now, unless it cannot be probed or MAX_IN_FLIGHT probes of it are running."""
+        running = self._running.setdefault(backend, set())
+        if backend not in self.targets or len(running) >= MAX_IN_FLIGHT:
+            return
+        task = asyncio.get_running_loop().create_task(self._probe(backend), name=f"decode-probe-{backend}")
+        running.add(task)
+        task.add_done_callback(running.discard)
+        self.sent += 1
+
+    async def start(self) -> None:
+        """Nothing runs until a probe is sent (a service of the app, for `stop`)."""
+
+    async def stop(self) -> None:
+        tasks = [task for running in self._running.values() for task in running]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _probe(self, backend: str) -> None:
+        target = self.targets[backend]
+        concurrency = self.inflight(backend) + 1  # as dispatch counts a request: itself included
+        shared_at_start = self.device_busy(backend)
+        started = self.clock()
+        reading = _Reading()
+        try:
+            url = f"{target.url}/v1/completions"
+            response = await self.transport.send(url, target.headers, _body(target))
+            try:
+                if response.status != 200:
+                    log.debug("decode probe of %s: HTTP %s", backend, response.status)
+                    return
+                async for chunk in response.iter_chunks(lambda: reading.first_text_at is not None):
+                    reading.feed(chunk, self.clock())
+            finally:
+                response.close()
+        except (UpstreamError, OSError) as exc:
+            log.debug("decode probe of %s failed: %s", backend, exc)
+            return
+        # The share of its life a neighbour was busy, from the two moments it knows: start and end.
+        shared = (float(shared_at_start) + float(self.device_busy(backend))) / 2
+        sample = _sample(reading, self.clock() - started, started, concurrency, shared)
+        if sample is not None:
+            self.record(backend, PROBE_PROFILE, sample)
+
+
+def _body(target: ProbeTarget) -> bytes:
+    return json.dumps(
+        {
+            "model": target.model,
+            "prompt": PROBE_PROMPT,
+            "max_tokens": PROBE_TOKENS,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
+    ).encode()
+
+
+def _sample(
+    reading: _Reading, e2e: float, started: float, concurrency: int, device_share: float
+) -> Sample | None:
+    """The probe as a Sample, or None when it decoded too little to time (no text, or one token)."""
+    tokens = reading.completion_tokens if reading.completion_tokens is not None else reading.text_chunks
+    if reading.first_text_at is None or tokens < 2:
+        return None
+    return Sample(
+        e2e=e2e,
+        ttft=reading.first_text_at - started,
+        output_tokens=tokens,
+        prompt_tokens=reading.prompt_tokens,
+        concurrency=concurrency,
+        device_share=device_share,
+    )
