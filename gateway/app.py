@@ -189,17 +189,24 @@ def decode_probes(
     settings: Settings, transport: UpstreamTransport, measurement: Measurement, registry: Registry
 ) -> DecodeProbes:
     """Decode probes for every backend a pool serves, under the model name that pool sends it, recorded
-    into the live windows with the load and device sharing a request sent there now would meet."""
+    into the live windows with the load and device sharing a request sent there now would meet. A backend
+    configured to serve neither completions nor chat is never probed."""
     targets: dict[str, ProbeTarget] = {}
     for pool in settings.pools:
         for name in pool.backends:
             config = next((b for b in settings.backends if b.name == name), None)
-            if config is None or name in targets:
+            served = config.endpoints if config is not None else None
+            if (
+                config is None
+                or name in targets
+                or (served is not None and not {"completions", "chat"} & served)
+            ):
                 continue
             headers = {"content-type": "application/json"}
             if config.api_key:
                 headers["authorization"] = f"Bearer {config.api_key}"
-            targets[name] = ProbeTarget(config.url.rstrip("/"), pool.served_name(name), headers)
+            chat = served is not None and "completions" not in served
+            targets[name] = ProbeTarget(config.url.rstrip("/"), pool.served_name(name), headers, chat)
     devices = {b.name: b.device for b in settings.backends if b.device is not None}
 
     def device_busy(backend: str) -> bool:

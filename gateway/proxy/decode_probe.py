@@ -11,9 +11,11 @@ all-profile fit (what a `tokens_per_second` cell short of samples borrows) reads
 
 A probe is a streamed completion of PROBE_TOKENS tokens with `ignore_eos` (vLLM, SGLang and llama.cpp
 accept it), so it decodes them all: its TTFT is the first chunk with text, its token count the usage
-(asked with include_usage) or else its chunks with text. A few probes of one backend may run at once (the
-min_samples of one estimate, planned back to back), never more than MAX_IN_FLIGHT. A probe that fails
-records nothing and blames nobody: health is the prober's and the breakers' business.
+(asked with include_usage) or else its chunks with text. It goes to /v1/completions, or to
+/v1/chat/completions for a backend configured to serve chat and not completions. A few probes of one
+backend may run at once (the min_samples of one estimate, planned back to back), never more than
+MAX_IN_FLIGHT. A probe that fails records nothing and blames nobody: health is the prober's and the
+breakers' business.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class ProbeTarget:
     url: str  # the backend's base URL, without /v1
     model: str  # the model name it serves
     headers: Mapping[str, str] = field(default_factory=dict)
+    chat: bool = False  # probe through /v1/chat/completions (a backend that serves no completions)
 
 
 @dataclass(slots=True)
@@ -80,10 +83,16 @@ class _Reading:
             self.completion_tokens = usage["completion_tokens"]
             self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
         choices = event.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict) and choices[0].get("text"):
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict) and _text(choices[0]):
             self.text_chunks += 1
             if self.first_text_at is None:
                 self.first_text_at = now
+
+
+def _text(choice: dict[str, object]) -> bool:
+    """Whether a stream choice carries text: a completion's `text`, a chat chunk's `delta.content`."""
+    delta = choice.get("delta")
+    return bool(choice.get("text")) or (isinstance(delta, dict) and bool(delta.get("content")))
 
 
 class DecodeProbes:
@@ -135,7 +144,7 @@ class DecodeProbes:
         started = self.clock()
         reading = _Reading()
         try:
-            url = f"{target.url}/v1/completions"
+            url = f"{target.url}/v1/chat/completions" if target.chat else f"{target.url}/v1/completions"
             response = await self.transport.send(url, target.headers, _body(target))
             try:
                 if response.status != 200:
@@ -156,10 +165,13 @@ class DecodeProbes:
 
 
 def _body(target: ProbeTarget) -> bytes:
+    prompt: dict[str, object] = (
+        {"messages": [{"role": "user", "content": PROBE_PROMPT}]} if target.chat else {"prompt": PROBE_PROMPT}
+    )
     return json.dumps(
         {
             "model": target.model,
-            "prompt": PROBE_PROMPT,
+            **prompt,
             "max_tokens": PROBE_TOKENS,
             "temperature": 0,
             "stream": True,

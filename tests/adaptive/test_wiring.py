@@ -8,15 +8,16 @@ import orjson
 import pytest
 
 from gateway.api.asgi import http_scope
-from gateway.app import adaptive_scorer, build_app, build_gateway
-from gateway.backends.registry import Status
+from gateway.app import adaptive_scorer, build_app, build_gateway, decode_probes
+from gateway.backends.registry import Registry, Status
 from gateway.bench.routing_trace import CLASSES, Lifespan, post, request_body
 from gateway.commands.serve import settings_for_fleet
 from gateway.policy.load import parse_policy
 from gateway.proxy.decode_probe import PROBE_PROFILE, PROBE_TOKENS, DecodeProbes
+from gateway.proxy.upstream import MockResponse, MockTransport
 from gateway.records import BackendSnapshot, RequestRecord, Sample
 from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.settings import BackendConfig, MeasurementConfig, load_settings
+from gateway.settings import BackendConfig, MeasurementConfig, Settings, load_settings
 from gateway.sim.fleet import load_fleet
 from gateway.sim.runner import TwinFleet
 from gateway.stats.measurement import Measurement, record_sample
@@ -200,3 +201,26 @@ def test_a_decode_probe_is_answered_by_the_engine_and_recorded_under_its_own_pro
     assert sample.output_tokens == PROBE_TOKENS and not sample.error
     assert sample.ttft is not None and 0 < sample.ttft < sample.e2e
     assert sample.concurrency == 1 and sample.device_share == 0.0  # nothing else ran on the Spark
+
+
+def test_decode_probes_go_where_each_backend_serves_text_under_its_pool_s_model_name() -> None:
+    settings = Settings(
+        backends=[
+            {"name": "base", "url": "http://127.0.0.1:1/", "api_key": "k"},
+            {"name": "chat-only", "url": "http://127.0.0.1:2", "endpoints": ["chat"]},
+            {"name": "vectors", "url": "http://127.0.0.1:3", "endpoints": ["embeddings"]},
+        ],
+        pools=[{"model": "qwen", "backends": ["base", "chat-only", "vectors"],
+                "served_names": {"base": "Qwen/Qwen3.6-35B-A3B-FP8"}}],
+    )
+    measurement = Measurement(settings.measurement, settings.backends, None, None)
+    probes = decode_probes(settings, MockTransport(_no_answer), measurement, Registry(settings))
+    assert set(probes.targets) == {"base", "chat-only"}  # an embeddings-only backend decodes nothing
+    base, chat = probes.targets["base"], probes.targets["chat-only"]
+    assert (base.url, base.model, base.chat) == ("http://127.0.0.1:1", "Qwen/Qwen3.6-35B-A3B-FP8", False)
+    assert base.headers["authorization"] == "Bearer k"
+    assert (chat.model, chat.chat) == ("qwen", True)
+
+
+async def _no_answer(url: str, headers: Any, body: bytes) -> MockResponse:
+    raise AssertionError("no probe is sent in this test")

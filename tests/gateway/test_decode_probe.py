@@ -8,7 +8,14 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from gateway.proxy.decode_probe import MAX_IN_FLIGHT, PROBE_PROFILE, PROBE_TOKENS, DecodeProbes, ProbeTarget
+from gateway.proxy.decode_probe import (
+    MAX_IN_FLIGHT,
+    PROBE_PROFILE,
+    PROBE_PROMPT,
+    PROBE_TOKENS,
+    DecodeProbes,
+    ProbeTarget,
+)
 from gateway.proxy.upstream import MockResponse, MockTransport, UpstreamBroken
 from gateway.records import Sample
 
@@ -149,3 +156,40 @@ async def test_probes_of_one_backend_in_flight_are_bounded() -> None:
     probes.send("base")  # room again once they are done
     await settle(probes)
     assert probes.sent == MAX_IN_FLIGHT + 1
+
+
+async def test_a_backend_that_serves_chat_only_is_probed_through_chat_completions() -> None:
+    clock, recorded = Clock(), []
+    sent: list[tuple[str, dict[str, object]]] = []
+
+    def delta(token: str) -> bytes:
+        return frame({"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]})
+
+    def chat_stream() -> Iterator[bytes]:
+        yield frame({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        clock.t += 0.4
+        for _ in range(PROBE_TOKENS):
+            yield delta(" one")
+            clock.t += 0.1
+        yield b"data: [DONE]\n\n"
+
+    async def engine(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
+        sent.append((url, json.loads(body)))
+        return MockResponse(chunks=chat_stream())
+
+    target = ProbeTarget("http://b:8000", "m", chat=True)
+    probes = DecodeProbes(
+        MockTransport(engine),
+        {"base": target},
+        lambda backend, profile, sample: recorded.append((backend, profile, sample)),
+        inflight=lambda backend: 0,
+        device_busy=lambda backend: False,
+        clock=clock,
+    )
+    probes.send("base")
+    await settle(probes)
+    [(url, body)] = sent
+    assert url == "http://b:8000/v1/chat/completions" and "prompt" not in body
+    assert body["messages"] == [{"role": "user", "content": PROBE_PROMPT}]
+    [(_, _, sample)] = recorded
+    assert sample.output_tokens == PROBE_TOKENS and sample.ttft == pytest.approx(0.4)
