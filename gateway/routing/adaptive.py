@@ -61,9 +61,9 @@ load: it waits, most of the time, for a cheap moment (a quiet device, or an engi
 happens if none comes. Where it would go to an engine beside a busy one, for a `tokens_per_second` profile
 and novel content, and the cell borrows the engine's fit (under min_samples), a decode probe measures it
 instead (`probes`; proxy/decode_probe.py): the plan says so, the request goes to the winner. An idle
-backend on a device of its own, while the winner is busy, slows nobody and
-joins no queue when explored (shared_device.spreads): its credit accrues at MAX_EPSILON, so the same
-min_samples requests are spent sooner and the prior rules for fewer requests.
+backend on a device of its own, while the winner is busy, slows nobody and joins no queue when explored
+(shared_device.spreads): its credit accrues at MAX_EPSILON, so the same min_samples requests are spent
+sooner and the prior rules for fewer requests.
 
 Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
 profile is too old is due (`_stale`): a measured cell after `refresh_requests` requests of the profile
@@ -71,9 +71,9 @@ profile is too old is due (`_stale`): a measured cell after `refresh_requests` r
 since its min_samples-th newest (pacing.blind_bound), and any cell measured before another backend of the
 profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). A due cell is
 explored at MAX_EPSILON whatever the contention, back to back beside a busy engine (pacing.plan_refresh),
-the stalest first. A repetitive
-request explores the "<profile> (repetitive)" unit, counted by its repetitive samples
-(pacing.exploration_unit), so a speculative engine's decode speed is learned for both kinds of content.
+the stalest first. A repetitive request explores the "<profile> (repetitive)" unit, counted by its
+repetitive samples (pacing.exploration_unit), so a speculative engine's decode speed is learned for both
+kinds of content.
 
 Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
 backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
@@ -120,6 +120,7 @@ from gateway.routing.shared_device import (
     spreads,
 )
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
+from gateway.routing.spill import capacity
 from gateway.routing.verdict import Verdict, effective_value, verdict
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
@@ -540,8 +541,7 @@ class AdaptiveScorer:
         for b in backends:
             others_busy = any(inflight[o] > 0 for o in members[b.name] if o != b.name)
             model = self.cache.backend(self.windows, b.name, at)
-            capacity = b.engine_capacity or b.max_concurrency
-            loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model, capacity)
+            loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model, capacity(b))
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
 
     def _cell(self, backend: str, profile: str, at: float) -> CellView:
