@@ -39,6 +39,7 @@ from gateway.engines.manager import EngineManager
 from gateway.engines.metrics import EngineCollector
 from gateway.engines.on_demand import StartOnDemand
 from gateway.policy.load import PolicyWatcher
+from gateway.proxy.accounting import Accounting
 from gateway.proxy.decode_probe import DecodeProbes, ProbeTarget
 from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job, Observer
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
@@ -104,16 +105,14 @@ def build_gateway(
     response_ids = ResponseIds(measurement.state_dir)
     running = [*services, measurement, response_ids]
     watcher = None
-    booking: list[DispatchListener] = []
+    objective: AdaptiveScorer | None = None
     if router is None and settings.policy is not None:
         # Every load checks the backend names the policy uses against this config's backends.
         known = known_backends(settings)
         watcher = PolicyWatcher(settings.policy, on_reload=metrics.count_policy_reload, known=known)
-        probes = decode_probes(settings, transport, measurement, registry)
         objective = adaptive_scorer(measurement, settings.backends, probes=True)
         router = PolicyRouter(watcher, objective_scorer=objective)
-        booking.append(book_explorations(objective, probes))
-        running += [watcher, probes]
+        running.append(watcher)
     # The policy router learns each backend's characters per token from the usage it reports.
     learn = [router.observe] if isinstance(router, PolicyRouter) else []
     # Learned warm-ups live next to the live-measurement snapshots (the same resolved state directory).
@@ -138,10 +137,13 @@ def build_gateway(
         settings.limits.max_attempts,
         [metrics.observe, measurement.observe, *observers, *learn],
         reliability=reliability,
-        on_dispatch=booking,
         first_content_s=first_content_s(settings),
     )
     dispatcher.accounting.track(measurement.progress)  # the router sees requests before they finish
+    if objective is not None:  # explorations are booked as requests are sent, probes sent with them
+        probes = decode_probes(settings, transport, measurement, dispatcher.accounting)
+        dispatcher.on_dispatch.append(book_explorations(objective, probes))
+        running.append(probes)
     return Gateway(
         settings=settings,
         registry=registry,
@@ -186,11 +188,12 @@ def adaptive_scorer(
 
 
 def decode_probes(
-    settings: Settings, transport: UpstreamTransport, measurement: Measurement, registry: Registry
+    settings: Settings, transport: UpstreamTransport, measurement: Measurement, accounting: Accounting
 ) -> DecodeProbes:
     """Decode probes for every backend a pool serves, under the model name that pool sends it, recorded
-    into the live windows with the load and device sharing a request sent there now would meet. A backend
-    configured to serve neither completions nor chat is never probed."""
+    into the live windows with the load a request sent there now would meet and the device time it
+    shared, from the dispatcher's books. A backend configured to serve neither completions nor chat is
+    never probed."""
     targets: dict[str, ProbeTarget] = {}
     for pool in settings.pools:
         for name in pool.backends:
@@ -207,19 +210,12 @@ def decode_probes(
                 headers["authorization"] = f"Bearer {config.api_key}"
             chat = served is not None and "completions" not in served
             targets[name] = ProbeTarget(config.url.rstrip("/"), pool.served_name(name), headers, chat)
-    devices = {b.name: b.device for b in settings.backends if b.device is not None}
-
-    def device_busy(backend: str) -> bool:
-        device = devices.get(backend)
-        busy = registry.inflight.busy()
-        return device is not None and any(devices.get(o) == device for o in busy if o != backend)
-
     return DecodeProbes(
         transport,
         targets,
         measurement.recorder.record,
-        inflight=lambda backend: registry.inflight[backend],
-        device_busy=device_busy,
+        inflight=lambda backend: accounting.registry.inflight[backend],
+        shared_seconds=accounting.device_time.shared_seconds,
     )
 
 

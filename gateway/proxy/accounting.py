@@ -43,9 +43,10 @@ class DeviceTime:
 
     It reads the in-flight count and is told (as a watcher) just before any count changes; reading a
     backend's total when a request starts and when it ends gives how long that request shared the device
-    (Sample.device_share). A backend without a device never shares; a backend accrues from the first
-    time it had a request (only its own requests' spans are ever read). O(backends) per change, no task,
-    no lock (the event loop is the only caller).
+    (Sample.device_share), and a decode probe's (proxy/decode_probe.py, which no count sees). A backend
+    without a device never shares; one with a device accrues from the start, idle or not (only the spans
+    of its own requests and probes are ever read). O(backends) per change, no task, no lock (the event
+    loop is the only caller).
     """
 
     def __init__(
@@ -55,7 +56,6 @@ class DeviceTime:
         self._device = {backend: device for backend, device in devices.items() if device is not None}
         self._clock = clock
         self._since = clock()
-        self._seen: set[str] = set()  # backends of a device that have had a request
         self._shared: dict[str, float] = {}
         counts.watchers.append(self._advance)
 
@@ -71,10 +71,9 @@ class DeviceTime:
             device = self._device.get(backend)
             if device is not None:
                 busy[device] = busy.get(device, 0) + 1
-                self._seen.add(backend)
-        if elapsed <= 0:
+        if elapsed <= 0 or not busy:
             return
-        for backend in self._seen:
+        for backend in self._device:
             own = 1 if self._counts[backend] > 0 else 0
             if busy.get(self._device[backend], 0) - own > 0:
                 self._shared[backend] = self._shared.get(backend, 0.0) + elapsed

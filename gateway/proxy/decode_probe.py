@@ -97,7 +97,8 @@ def _text(choice: dict[str, object]) -> bool:
 
 class DecodeProbes:
     """Sends decode probes on demand (`send`) and records each one's sample; `stop` cancels those in
-    flight. `inflight` and `device_busy` read the gateway's own counts, as dispatch records a request's."""
+    flight. `inflight` and `shared_seconds` (a backend's seconds so far with another backend of its device
+    busy: accounting.DeviceTime) read the gateway's own books, as dispatch records a request's."""
 
     def __init__(
         self,
@@ -106,14 +107,14 @@ class DecodeProbes:
         record: Record,
         *,
         inflight: Callable[[str], int],
-        device_busy: Callable[[str], bool],
-        clock: Callable[[], float] = time.monotonic,
+        shared_seconds: Callable[[str], float],
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.transport = transport
         self.targets = dict(targets)
         self.record = record
         self.inflight = inflight
-        self.device_busy = device_busy
+        self.shared_seconds = shared_seconds
         self.clock = clock
         self._running: dict[str, set[asyncio.Task[None]]] = {}
         self.sent = 0  # probes started
@@ -140,7 +141,7 @@ class DecodeProbes:
     async def _probe(self, backend: str) -> None:
         target = self.targets[backend]
         concurrency = self.inflight(backend) + 1  # as dispatch counts a request: itself included
-        shared_at_start = self.device_busy(backend)
+        shared_at_start = self.shared_seconds(backend)
         started = self.clock()
         reading = _Reading()
         try:
@@ -157,9 +158,9 @@ class DecodeProbes:
         except (UpstreamError, OSError) as exc:
             log.debug("decode probe of %s failed: %s", backend, exc)
             return
-        # The share of its life a neighbour was busy, from the two moments it knows: start and end.
-        shared = (float(shared_at_start) + float(self.device_busy(backend))) / 2
-        sample = _sample(reading, self.clock() - started, started, concurrency, shared)
+        e2e = self.clock() - started
+        shared = (self.shared_seconds(backend) - shared_at_start) / e2e if e2e > 0 else 0.0
+        sample = _sample(reading, e2e, started, concurrency, min(1.0, shared))
         if sample is not None:
             self.record(backend, PROBE_PROFILE, sample)
 

@@ -26,8 +26,8 @@ whole load on it alone, beats the neighbour alone at that load by more than `tol
 (shared_device.charged). Nor does the harm split a device's load: the engine with the most requests in
 flight holds its device, and another engine of it takes the request only when its steady state beats the
 holder's by more than half the tolerance (shared_device.holders; one claimed beyond the loads it measured
-is carried there along the holder's fit, `_claims`), else it scores 0 and the holder the better of the two.
-Devices come from `backends[].device`; a backend without one is a device of its own.
+is carried there along the holder's fit, shared_device.claims), else it scores 0 and the holder the
+better of the two. Devices come from `backends[].device`; a backend without one is a device of its own.
 The window's error rate turns the value into the cost per *successful* request (a backend that fails half
 its requests takes twice as long per answer). Scores are then normalised across candidates:
 
@@ -114,14 +114,16 @@ from gateway.routing.predict import PredictConfig, Prediction, predict_with_mode
 from gateway.routing.scorers import Assessment, PreferenceScorer
 from gateway.routing.shared_device import (
     charged,
+    claims,
     contended,
     device_members,
     holders,
     spreads,
+    steady_states,
 )
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
 from gateway.routing.spill import capacity
-from gateway.routing.verdict import Verdict, effective_value, verdict
+from gateway.routing.verdict import Verdict, verdict
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
@@ -133,12 +135,6 @@ MAX_PROFILES = 64
 # holding it to another (shared_device.holders): half, so seed 003's +24 % for MTP under stress moves it
 # while a 5 % chat difference does not make the device flip between engines on noise.
 HOLD_MARGIN = 0.5
-
-
-def measured_reach(model: CellModel) -> float:
-    """The highest load every fit of `model` has measured (0: none fitted)."""
-    reaches = [fit.high_c for fit in (model.ttft, model.tpot) if fit is not None]
-    return min(reaches, default=0.0)
 
 
 def own_content(model: CellModel, cell: CellModel, repetition: float, min_samples: int) -> CellModel:
@@ -259,7 +255,7 @@ class AdaptiveScorer:
             )
             for b in backends
         }
-        steady = self._steady(ctx, models, device, config)
+        steady = steady_states(ctx, models, device, config)
         predictions = [
             self._prediction(
                 ctx,
@@ -274,77 +270,11 @@ class AdaptiveScorer:
         prior = self._prior.score(ctx, backends)
         held = holders(
             device,
-            self._claims(ctx, models, device, steady, errors, config),
+            claims(ctx, models, device, steady, errors, config),
             higher_is_better=ctx.profile.objective == "tokens_per_second",
             margin=ctx.adaptive.tolerance * HOLD_MARGIN,
         )
         return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance, held=held)
-
-    @staticmethod
-    def _claims(
-        ctx: RouteContext,
-        models: Mapping[str, CellModel],
-        device: Mapping[str, Sequence[DeviceLoad]],
-        steady: Mapping[str, Prediction],
-        errors: Mapping[str, float],
-        config: PredictConfig,
-    ) -> dict[str, float]:
-        """Each steady state per successful request, for shared_device.holders. One claimed beyond the
-        loads its fits measured (a flat fit from a few requests would claim at sixteen what it did at one)
-        is taken at the highest load it measured and carried to the device's load along the holder's own
-        fit: engines of one device scale with their batch alike, and the holder has measured that load."""
-
-        def value_at(backend: str, inflight: int) -> float | None:
-            at = predict_with_model(
-                backend,
-                models[backend],
-                inflight=inflight,
-                objective=ctx.profile.objective,
-                max_output_tokens=ctx.features.max_output_tokens,
-                config=config,
-                repetition=ctx.features.repetition,
-            )
-            return effective_value(at, errors.get(backend, 0.0))
-
-        claims: dict[str, float] = {}
-        for name, prediction in steady.items():
-            members = device[name]
-            holder = max(members, key=lambda d: d.inflight).backend
-            load = sum(d.inflight for d in members)  # as _steady put it on each: c = load + 1
-            reach = measured_reach(models[name])
-            if holder != name and 1 <= reach <= load:
-                mine, low = value_at(name, int(reach) - 1), value_at(holder, int(reach) - 1)
-                high = value_at(holder, load)
-                if mine is not None and low and high is not None:
-                    claims[name] = mine * high / low
-                    continue
-            if (value := effective_value(prediction, errors.get(name, 0.0))) is not None:
-                claims[name] = value
-        return claims
-
-    @staticmethod
-    def _steady(
-        ctx: RouteContext,
-        models: Mapping[str, CellModel],
-        device: Mapping[str, Sequence[DeviceLoad]],
-        config: PredictConfig,
-    ) -> dict[str, Prediction]:
-        """Per backend sharing a device, the request's objective were the device's whole load on it alone
-        (its neighbours drained): what it is worth once traffic has moved, not while it moves."""
-        steady: dict[str, Prediction] = {}
-        for name, members in device.items():
-            if len(members) < 2:
-                continue
-            steady[name] = predict_with_model(
-                name,
-                models[name],
-                inflight=sum(d.inflight for d in members),
-                objective=ctx.profile.objective,
-                max_output_tokens=ctx.features.max_output_tokens,
-                config=config,
-                repetition=ctx.features.repetition,
-            )
-        return steady
 
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over backends that serve only once back, without exploring them."""
@@ -417,9 +347,10 @@ class AdaptiveScorer:
         it slowed beyond the tolerance (`_slowdown`: as many requests ago as are slow), counts as stale at
         once."""
         changed = {name: cell.model.regime_run for name, cell in cells.items() if cell.model.regime_run}
-        for name in cells:
-            if self._has_slowed(name, knobs.tolerance):
-                changed[name] = max(changed.get(name, 0), self._slowed[name][1].slow)
+        for name in cells:  # slowed beyond the tolerance by its requests in flight or newest
+            slowed = self._slowed.get(name)
+            if slowed is not None and slowed[1].live > 1.0 + knobs.tolerance and slowed[1].slow:
+                changed[name] = max(changed.get(name, 0), slowed[1].slow)
         stale: dict[str, tuple[Age, str]] = {}
         for name, count in counts.items():
             if cells[name].count < count >= knobs.min_samples:  # its estimate's requests are under way
@@ -434,12 +365,6 @@ class AdaptiveScorer:
             if why is not None:
                 stale[name] = (age, why)
         return stale
-
-    def _has_slowed(self, backend: str, tolerance: float) -> bool:
-        """Whether `backend`'s requests in flight or newest ones run slower than its fits by more than
-        `tolerance` (its slow-down as of this decision)."""
-        slowed = self._slowed.get(backend)
-        return slowed is not None and slowed[1].live > 1.0 + tolerance and bool(slowed[1].slow)
 
     def without_exploration(self) -> AdaptiveScorer:
         """The same scorer, state and caches with exploration off: explain previews the predicted ranking."""

@@ -1,6 +1,7 @@
 """How the adaptive scorer sees a shared device (docs/measurement.md, sections 5 and 6): which of its
-backends a request is, which of their loads it is charged for slowing, and what exploring one of them costs
-the others. Devices come from `backends[].device`; a backend without one is a device of its own. Pure
+backends a request is, which of their loads it is charged for slowing, what exploring one of them costs
+the others, and which of them holds it (from each one's steady state with the device's load on it alone).
+Devices come from `backends[].device`; a backend without one is a device of its own. Pure
 functions on plain data.
 """
 
@@ -9,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gateway.records import BackendSnapshot
+from gateway.routing.cells import CellModel
+from gateway.routing.context import RouteContext
 from gateway.routing.harm import DeviceLoad
-from gateway.routing.predict import Prediction
+from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
+from gateway.routing.verdict import effective_value
 
 
 def device_members(backends: Sequence[BackendSnapshot], devices: Mapping[str, str]) -> dict[str, list[str]]:
@@ -96,6 +100,78 @@ def holders(
             continue
         held[name] = holder.backend
     return held
+
+
+def steady_states(
+    ctx: RouteContext,
+    models: Mapping[str, CellModel],
+    device: Mapping[str, Sequence[DeviceLoad]],
+    config: PredictConfig,
+) -> dict[str, Prediction]:
+    """Per backend sharing a device, the request's objective were the device's whole load on it alone
+    (its neighbours drained): what it is worth once traffic has moved, not while it moves."""
+    return {
+        name: _alone(ctx, name, models[name], sum(d.inflight for d in members), config)
+        for name, members in device.items()
+        if len(members) > 1
+    }
+
+
+def claims(
+    ctx: RouteContext,
+    models: Mapping[str, CellModel],
+    device: Mapping[str, Sequence[DeviceLoad]],
+    steady: Mapping[str, Prediction],
+    errors: Mapping[str, float],
+    config: PredictConfig,
+) -> dict[str, float]:
+    """Each steady state per successful request, for `holders`. One claimed beyond the loads its fits
+    measured (a flat fit from a few requests would claim at sixteen what it did at one) is taken at the
+    highest load it measured and carried to the device's load along the holder's own fit: engines of one
+    device scale with their batch alike, and the holder has measured that load."""
+
+    def value_at(backend: str, inflight: int) -> float | None:
+        return effective_value(
+            _alone(ctx, backend, models[backend], inflight, config), errors.get(backend, 0.0)
+        )
+
+    claimed: dict[str, float] = {}
+    for name, prediction in steady.items():
+        members = device[name]
+        holder = max(members, key=lambda d: d.inflight).backend
+        load = sum(d.inflight for d in members)  # as steady_states put it on each: c = load + 1
+        reach = measured_reach(models[name])
+        if holder != name and 1 <= reach <= load:
+            mine, low = value_at(name, int(reach) - 1), value_at(holder, int(reach) - 1)
+            high = value_at(holder, load)
+            if mine is not None and low and high is not None:
+                claimed[name] = mine * high / low
+                continue
+        if (value := effective_value(prediction, errors.get(name, 0.0))) is not None:
+            claimed[name] = value
+    return claimed
+
+
+def measured_reach(model: CellModel) -> float:
+    """The highest load every fit of `model` has measured (0: none fitted)."""
+    reaches = [fit.high_c for fit in (model.ttft, model.tpot) if fit is not None]
+    return min(reaches, default=0.0)
+
+
+def _alone(
+    ctx: RouteContext, backend: str, model: CellModel, inflight: int, config: PredictConfig
+) -> Prediction:
+    """The request's objective on `backend` with `inflight` requests ahead of it and nothing else on its
+    device."""
+    return predict_with_model(
+        backend,
+        model,
+        inflight=inflight,
+        objective=ctx.profile.objective,
+        max_output_tokens=ctx.features.max_output_tokens,
+        config=config,
+        repetition=ctx.features.repetition,
+    )
 
 
 def _beats(value: float, other: float, higher_is_better: bool, margin: float) -> bool:

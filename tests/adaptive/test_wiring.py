@@ -13,6 +13,7 @@ from gateway.backends.registry import Registry, Status
 from gateway.bench.routing_trace import CLASSES, Lifespan, post, request_body
 from gateway.commands.serve import settings_for_fleet
 from gateway.policy.load import parse_policy
+from gateway.proxy.accounting import Accounting
 from gateway.proxy.decode_probe import PROBE_PROFILE, PROBE_TOKENS, DecodeProbes
 from gateway.proxy.upstream import MockResponse, MockTransport
 from gateway.records import BackendSnapshot, RequestRecord, Sample
@@ -214,7 +215,7 @@ def test_decode_probes_go_where_each_backend_serves_text_under_its_pool_s_model_
                 "served_names": {"base": "Qwen/Qwen3.6-35B-A3B-FP8"}}],
     )
     measurement = Measurement(settings.measurement, settings.backends, None, None)
-    probes = decode_probes(settings, MockTransport(_no_answer), measurement, Registry(settings))
+    probes = decode_probes(settings, MockTransport(_no_answer), measurement, Accounting(Registry(settings)))
     assert set(probes.targets) == {"base", "chat-only"}  # an embeddings-only backend decodes nothing
     base, chat = probes.targets["base"], probes.targets["chat-only"]
     assert (base.url, base.model, base.chat) == ("http://127.0.0.1:1", "Qwen/Qwen3.6-35B-A3B-FP8", False)

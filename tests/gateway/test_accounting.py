@@ -34,9 +34,11 @@ def test_device_time_counts_only_the_time_a_neighbour_was_busy() -> None:
     counts.remove("y")
     now[0] = 4.0
     counts.add("z")  # a backend without a device shares nothing
-    now[0] = 5.0  # y counts x's time even while idle: only its own requests' spans are ever read
+    # y counts x's time even while idle, from the start (before its first request too: a decode probe of
+    # an engine that never had one reads it): only the spans of its own requests and probes are read
+    now[0] = 5.0
     shared = [clock.shared_seconds(name) for name in ("x", "y", "z")]
-    assert shared == [2.0, 4.0, 0.0]
+    assert shared == [2.0, 5.0, 0.0]
 
 
 def test_the_count_forgets_idle_backends_and_refuses_to_go_below_zero() -> None:

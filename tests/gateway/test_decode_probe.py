@@ -77,7 +77,8 @@ def probes_for(engine: Engine, recorded: list[tuple[str, str, Sample]], busy: bo
         {"base": target},
         lambda backend, profile, sample: recorded.append((backend, profile, sample)),
         inflight=lambda backend: 3,
-        device_busy=lambda backend: busy,
+        # a neighbour busy the whole time (its device time runs with the clock), or never
+        shared_seconds=lambda backend: engine.clock.t if busy else 0.0,
         clock=engine.clock,
     )
 
@@ -115,6 +116,23 @@ async def test_without_usage_the_chunks_with_text_are_counted() -> None:
     await settle(probes)
     [(_, _, sample)] = recorded
     assert sample.output_tokens == 1 + 15 * 2 + 1 and sample.device_share == 0.0
+
+
+async def test_a_probe_s_device_share_is_the_part_of_its_life_a_neighbour_was_busy() -> None:
+    clock, recorded = Clock(), []
+    engine = Engine(clock)
+    probes = DecodeProbes(
+        MockTransport(engine),
+        {"base": ProbeTarget("http://b:8000", "m")},
+        lambda backend, profile, sample: recorded.append((backend, profile, sample)),
+        inflight=lambda backend: 0,
+        shared_seconds=lambda backend: max(0.0, clock.t - 101.0),  # a neighbour busy from 1 s in
+        clock=clock,
+    )
+    probes.send("base")
+    await settle(probes)
+    [(_, _, sample)] = recorded
+    assert sample.device_share == pytest.approx((3.6 - 1.0) / 3.6)
 
 
 @pytest.mark.parametrize("status", [500, 503])
@@ -183,7 +201,7 @@ async def test_a_backend_that_serves_chat_only_is_probed_through_chat_completion
         {"base": target},
         lambda backend, profile, sample: recorded.append((backend, profile, sample)),
         inflight=lambda backend: 0,
-        device_busy=lambda backend: False,
+        shared_seconds=lambda backend: 0.0,
         clock=clock,
     )
     probes.send("base")

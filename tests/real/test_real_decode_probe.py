@@ -31,7 +31,7 @@ def probe(base_url: str) -> list[tuple[str, str, Sample]]:
             {"engine": target},
             lambda backend, profile, sample: recorded.append((backend, profile, sample)),
             inflight=lambda backend: 0,
-            device_busy=lambda backend: False,
+            shared_seconds=lambda backend: 0.0,
         )
         try:
             probes.send("engine")
