@@ -197,17 +197,11 @@ def decode_probes(
     targets: dict[str, ProbeTarget] = {}
     for pool in settings.pools:
         for name in pool.backends:
-            config = next((b for b in settings.backends if b.name == name), None)
-            served = config.endpoints if config is not None else None
-            if (
-                config is None
-                or name in targets
-                or (served is not None and not {"completions", "chat"} & served)
-            ):
+            config = settings.backend(name)  # a pool names only configured backends
+            served = config.endpoints
+            if name in targets or (served is not None and not {"completions", "chat"} & served):
                 continue
-            headers = {"content-type": "application/json"}
-            if config.api_key:
-                headers["authorization"] = f"Bearer {config.api_key}"
+            headers = {"content-type": "application/json", **config.auth_headers()}
             chat = served is not None and "completions" not in served
             targets[name] = ProbeTarget(config.url.rstrip("/"), pool.served_name(name), headers, chat)
     return DecodeProbes(

@@ -213,7 +213,7 @@ class ResponseById:
             await send_bytes(send, 200, body, json_type)
             return
         config = self.registry.backends[backend].config
-        headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        headers = config.auth_headers()
         try:
             status, body = await self.get(f"{config.url}/v1/responses/{response_id}", headers, self.timeout_s)
         except (OSError, TimeoutError) as exc:

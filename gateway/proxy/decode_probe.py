@@ -10,8 +10,9 @@ is predicted best, and the probe's sample joins the backend's windows under PROB
 all-profile fit (what a `tokens_per_second` cell short of samples borrows) reads it.
 
 A probe is a streamed completion of PROBE_TOKENS tokens with `ignore_eos` (vLLM, SGLang and llama.cpp
-accept it), so it decodes them all: its TTFT is the first chunk with text, its token count the usage
-(asked with include_usage) or else its chunks with text. It goes to /v1/completions, or to
+accept it), so it decodes them all. Its stream is read by the relay's meter (proxy/stream.SseMeter): its
+TTFT is the first frame with content, its token count the usage (asked with include_usage) or else its
+content frames. It goes to /v1/completions, or to
 /v1/chat/completions for a backend configured to serve chat and not completions. A few probes of one
 backend may run at once (the min_samples of one estimate, planned back to back), never more than
 MAX_IN_FLIGHT. A probe that fails records nothing and blames nobody: health is the prober's and the
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from gateway.proxy.stream import SseMeter, usage_counts
 from gateway.proxy.upstream import UpstreamError, UpstreamTransport
 from gateway.records import Sample
 
@@ -50,49 +52,6 @@ class ProbeTarget:
     model: str  # the model name it serves
     headers: Mapping[str, str] = field(default_factory=dict)
     chat: bool = False  # probe through /v1/chat/completions (a backend that serves no completions)
-
-
-@dataclass(slots=True)
-class _Reading:
-    """What a probe's stream has said so far."""
-
-    first_text_at: float | None = None
-    text_chunks: int = 0
-    completion_tokens: int | None = None
-    prompt_tokens: int = 0
-    pending: bytes = b""
-
-    def feed(self, chunk: bytes, now: float) -> None:
-        self.pending += chunk
-        *lines, self.pending = self.pending.split(b"\n")
-        for line in lines:
-            payload = line.strip().removeprefix(b"data:").strip()
-            if not line.startswith(b"data:") or payload in (b"", b"[DONE]"):
-                continue
-            try:
-                event = json.loads(payload)
-            except ValueError:
-                continue
-            self._event(event, now)
-
-    def _event(self, event: object, now: float) -> None:
-        if not isinstance(event, dict):
-            return
-        usage = event.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self.completion_tokens = usage["completion_tokens"]
-            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        choices = event.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict) and _text(choices[0]):
-            self.text_chunks += 1
-            if self.first_text_at is None:
-                self.first_text_at = now
-
-
-def _text(choice: dict[str, object]) -> bool:
-    """Whether a stream choice carries text: a completion's `text`, a chat chunk's `delta.content`."""
-    delta = choice.get("delta")
-    return bool(choice.get("text")) or (isinstance(delta, dict) and bool(delta.get("content")))
 
 
 class DecodeProbes:
@@ -143,7 +102,7 @@ class DecodeProbes:
         concurrency = self.inflight(backend) + 1  # as dispatch counts a request: itself included
         shared_at_start = self.shared_seconds(backend)
         started = self.clock()
-        reading = _Reading()
+        meter = SseMeter(strip_usage=False, clock=self.clock)
         try:
             url = f"{target.url}/v1/chat/completions" if target.chat else f"{target.url}/v1/completions"
             response = await self.transport.send(url, target.headers, _body(target))
@@ -151,8 +110,9 @@ class DecodeProbes:
                 if response.status != 200:
                     log.debug("decode probe of %s: HTTP %s", backend, response.status)
                     return
-                async for chunk in response.iter_chunks(lambda: reading.first_text_at is not None):
-                    reading.feed(chunk, self.clock())
+                async for chunk in response.iter_chunks(lambda: meter.first_token_at is not None):
+                    meter.feed(chunk)
+                meter.flush()
             finally:
                 response.close()
         except (UpstreamError, OSError) as exc:
@@ -160,7 +120,7 @@ class DecodeProbes:
             return
         e2e = self.clock() - started
         shared = (self.shared_seconds(backend) - shared_at_start) / e2e if e2e > 0 else 0.0
-        sample = _sample(reading, e2e, started, concurrency, min(1.0, shared))
+        sample = _sample(meter, e2e, started, concurrency, min(1.0, shared))
         if sample is not None:
             self.record(backend, PROBE_PROFILE, sample)
 
@@ -183,17 +143,18 @@ def _body(target: ProbeTarget) -> bytes:
 
 
 def _sample(
-    reading: _Reading, e2e: float, started: float, concurrency: int, device_share: float
+    meter: SseMeter, e2e: float, started: float, concurrency: int, device_share: float
 ) -> Sample | None:
-    """The probe as a Sample, or None when it decoded too little to time (no text, or one token)."""
-    tokens = reading.completion_tokens if reading.completion_tokens is not None else reading.text_chunks
-    if reading.first_text_at is None or tokens < 2:
+    """The probe as a Sample, or None when it decoded too little to time (no content, or one token)."""
+    prompt, completion = usage_counts(meter.usage) or (None, None)
+    tokens = completion if completion is not None else meter.content_frames
+    if meter.first_token_at is None or tokens < 2:
         return None
     return Sample(
         e2e=e2e,
-        ttft=reading.first_text_at - started,
+        ttft=meter.first_token_at - started,
         output_tokens=tokens,
-        prompt_tokens=reading.prompt_tokens,
+        prompt_tokens=prompt or 0,
         concurrency=concurrency,
         device_share=device_share,
     )

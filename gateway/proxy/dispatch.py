@@ -219,9 +219,7 @@ class Dispatcher:
         it. Once the answer goes out the scope has ended."""
         job, record = exchange.job, exchange.record
         state = self.registry.backends[backend]
-        headers = {"content-type": "application/json"}
-        if state.config.api_key:
-            headers["authorization"] = f"Bearer {state.config.api_key}"
+        headers = {"content-type": "application/json", **state.config.auth_headers()}
         shared_at_dispatch = self.accounting.dispatching(exchange, backend)
         watched = self.stall.enter(backend, job.stream, len(body)) if self.stall is not None else None
         response: UpstreamResponse | None = None

@@ -89,7 +89,7 @@ def holders(
     state is unknown: the per-request costs decide."""
     held: dict[str, str] = {}
     for name, members in device.items():
-        holder = max(members, key=lambda d: d.inflight)
+        holder = _holder(members)
         if holder.backend == name or holder.inflight <= 0:
             continue
         theirs = steady.get(holder.backend)
@@ -138,7 +138,7 @@ def claims(
     claimed: dict[str, float] = {}
     for name, prediction in steady.items():
         members = device[name]
-        holder = max(members, key=lambda d: d.inflight).backend
+        holder = _holder(members).backend
         load = sum(d.inflight for d in members)  # as steady_states put it on each: c = load + 1
         reach = measured_reach(models[name])
         if holder != name and 1 <= reach <= load:
@@ -172,6 +172,11 @@ def _alone(
         config=config,
         repetition=ctx.features.repetition,
     )
+
+
+def _holder(members: Sequence[DeviceLoad]) -> DeviceLoad:
+    """The engine holding a device: the one with the most requests in flight."""
+    return max(members, key=lambda d: d.inflight)
 
 
 def _beats(value: float, other: float, higher_is_better: bool, margin: float) -> bool:

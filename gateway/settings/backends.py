@@ -42,6 +42,10 @@ class BackendConfig(Strict):
     # None: on for such backends; false: Messages never go there.
     translate_messages: bool | None = None
 
+    def auth_headers(self) -> dict[str, str]:
+        """The header carrying its api_key to it (none without one)."""
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
