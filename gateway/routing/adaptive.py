@@ -95,9 +95,10 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.policy.schema import Adaptive
-from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan, Progress
-from gateway.routing.cells import MIN_SAMPLES, CellModel, CellView, ModelCache, Windows, repetitive
+from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
+from gateway.routing.cells import CellModel, CellView, ModelCache, Windows, repetitive
 from gateway.routing.context import RouteContext
+from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.pacing import (
     MAX_EPSILON,
@@ -121,16 +122,12 @@ from gateway.routing.shared_device import (
     spreads,
     steady_states,
 )
-from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
+from gateway.routing.slowdown import scaled
 from gateway.routing.spill import capacity
 from gateway.routing.verdict import Verdict, verdict
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
-# A backend's requests in flight as far as each has gone (stats/progress.py), handed in like the hints.
-InFlightProgress = Callable[[str], Progress]
-# Profiles remembered per backend for its slow-down's shift (policies have a handful).
-MAX_PROFILES = 64
 # The steady-state gain, as a share of `tolerance`, that moves a shared device's traffic from the engine
 # holding it to another (shared_device.holders): half, so seed 003's +24 % for MTP under stress moves it
 # while a 5 % chat difference does not make the device flip between engines on noise.
@@ -170,11 +167,9 @@ class AdaptiveScorer:
         self.windows = windows
         self.hints = hints
         self.progress = progress  # None: finished requests are all it sees
-        self._paces: dict[tuple[str, str], tuple[int, DecodePace]] = {}  # cell -> (its version, decode pace)
-        self._profiles: dict[str, dict[str, None]] = {}  # backend -> the profiles it was scored for
-        # Each backend's slow-down as of the decision under way (`_slowdown`), read by `_model` and `_stale`.
-        self._slowed: dict[str, tuple[float, Slowdown]] = {}
         self.cache = cache or ModelCache(windows.max_cells)  # bounded like the windows
+        # Each backend's slow-down as of the decision under way, read by `_model`, `_prediction`, `_stale`.
+        self.slowdowns = EngineSlowdowns(windows, self.cache, progress)
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
         self.explore = explore  # False: never explores (explain's preview)
@@ -344,13 +339,13 @@ class AdaptiveScorer:
         their age and why. A measured cell ages from its newest send; one under min_samples from its
         min_samples-th newest, so once due it stays due until it holds a whole estimate. A cell measured
         before another backend of the profile changed regime, or before another backend's requests showed
-        it slowed beyond the tolerance (`_slowdown`: as many requests ago as are slow), counts as stale at
+        it slowed beyond the tolerance (`slowdowns`: as many requests ago as are slow), counts as stale at
         once."""
         changed = {name: cell.model.regime_run for name, cell in cells.items() if cell.model.regime_run}
         for name in cells:  # slowed beyond the tolerance by its requests in flight or newest
-            slowed = self._slowed.get(name)
-            if slowed is not None and slowed[1].live > 1.0 + knobs.tolerance and slowed[1].slow:
-                changed[name] = max(changed.get(name, 0), slowed[1].slow)
+            slowed = self.slowdowns.latest(name)
+            if slowed is not None and slowed.live > 1.0 + knobs.tolerance and slowed.slow:
+                changed[name] = max(changed.get(name, 0), slowed.slow)
         stale: dict[str, tuple[Age, str]] = {}
         for name, count in counts.items():
             if cells[name].count < count >= knobs.min_samples:  # its estimate's requests are under way
@@ -379,8 +374,7 @@ class AdaptiveScorer:
             probes=self.probes,
         )
         preview._counts = self._counts
-        preview._paces = self._paces
-        preview._profiles = self._profiles
+        preview.slowdowns = self.slowdowns.sharing_paces()
         return preview
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
@@ -440,8 +434,8 @@ class AdaptiveScorer:
             repetition=ctx.features.repetition,
             capacity=backend.engine_capacity or backend.max_concurrency,
         )
-        slowed = self._slowed.get(backend.name)
-        said = slowed[1].describe(model) if slowed is not None else None
+        slowed = self.slowdowns.latest(backend.name)
+        said = slowed.describe(model) if slowed is not None else None
         return prediction if said is None else replace(prediction, why=f"{prediction.why}; {said}")
 
     def _model(
@@ -455,8 +449,8 @@ class AdaptiveScorer:
         engine = next(d.model for d in device if d.backend == backend)
         if engine.samples < min_samples:
             return cell.model
-        slowed = self._slowed.get(backend)
-        return engine if slowed is None else scaled(engine, slowed[1].for_cell(engine))
+        slowed = self.slowdowns.latest(backend)
+        return engine if slowed is None else scaled(engine, slowed.for_cell(engine))
 
     def _device_loads(self, backends: Sequence[BackendSnapshot], at: float) -> dict[str, list[DeviceLoad]]:
         """Per backend, its device's backends with their load and all-profile model (cached per backend)."""
@@ -480,44 +474,5 @@ class AdaptiveScorer:
             if key not in self._counts and len(self._counts) >= self.windows.max_cells:
                 del self._counts[next(iter(self._counts))]
             self._counts[key] = cached
-        slowed = self._slowdown(backend, profile, at)
+        slowed = self.slowdowns.of(backend, profile, at)
         return CellView(scaled(model, slowed.for_cell(model)), cached[1], cached[2])
-
-    def _slowdown(self, backend: str, profile: str, at: float) -> Slowdown:
-        """`backend`'s engine-wide slow-down (routing/slowdown.py) as of `at`, computed once per decision:
-        every profile's cell of the backend is scaled by it, and `_stale` reads it."""
-        known = self._slowed.get(backend)
-        seen = self._profiles.setdefault(backend, {})
-        if profile not in seen:
-            if len(seen) >= MAX_PROFILES:
-                del seen[next(iter(seen))]
-            seen[profile] = None
-        if known is not None and known[0] == at:
-            return known[1]
-        progress = self.progress(backend) if self.progress is not None else Progress()
-
-        def cell(profile: str) -> CellModel:
-            return self.cache.get(self.windows, backend, profile, at)
-
-        def pace(profile: str) -> DecodePace:
-            return self._pace(backend, profile, at)
-
-        profiles = [profile, *(p for p in seen if p != profile)]
-        profiles += {r.profile: None for r in progress.requests if r.profile not in seen}
-        last = known[1] if known is not None else None
-        slowed = engine_slowdown(progress, profiles, cell, pace, min_samples=MIN_SAMPLES, at=at, before=last)
-        if backend not in self._slowed and len(self._slowed) >= self.windows.max_cells:
-            del self._slowed[next(iter(self._slowed))]
-        self._slowed[backend] = (at, slowed)
-        return slowed
-
-    def _pace(self, backend: str, profile: str, at: float) -> DecodePace:
-        """The cell's decode pace over its finished streams, cached until its samples change."""
-        key = (backend, profile)
-        version = self.windows.version(backend, profile, at)
-        cached = self._paces.get(key)
-        if cached is None or cached[0] != version:
-            if key not in self._paces and len(self._paces) >= self.windows.max_cells:
-                del self._paces[next(iter(self._paces))]
-            cached = self._paces[key] = (version, decode_pace(self.windows.samples(backend, profile, at)))
-        return cached[1]

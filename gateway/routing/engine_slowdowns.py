@@ -1,0 +1,80 @@
+"""Each backend's engine-wide slow-down as of the decision under way (routing/slowdown.py has the pure
+reading): found once per decision and remembered, so every profile's cell of a backend is scaled by the same
+factor, the next decision's reading holds it where its evidence is thin (`before`), and the decode paces it
+reads are refitted only when a cell's samples change. Bounded like the windows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.records import Progress
+from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
+from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown
+
+# A backend's requests in flight as far as each has gone (stats/progress.py).
+InFlightProgress = Callable[[str], Progress]
+# Profiles remembered per backend for its slow-down's shift (policies have a handful).
+MAX_PROFILES = 64
+
+
+class EngineSlowdowns:
+    """Per backend, its slow-down as of the windows' clock, from its requests in flight (`progress`; None:
+    finished requests are all it sees) and the cells of the profiles it was scored for."""
+
+    def __init__(self, windows: Windows, cache: ModelCache, progress: InFlightProgress | None) -> None:
+        self.windows = windows
+        self.cache = cache
+        self.progress = progress
+        self._paces: dict[tuple[str, str], tuple[int, DecodePace]] = {}  # cell -> (its version, pace)
+        self._profiles: dict[str, dict[str, None]] = {}  # backend -> the profiles it was scored for
+        self._slowed: dict[str, tuple[float, Slowdown]] = {}  # backend -> (when found, its slow-down)
+
+    def sharing_paces(self) -> EngineSlowdowns:
+        """Another book over the same paces and profiles, finding its own slow-downs (explain's preview
+        must not move the hold of the decisions that route)."""
+        other = EngineSlowdowns(self.windows, self.cache, self.progress)
+        other._paces, other._profiles = self._paces, self._profiles
+        return other
+
+    def latest(self, backend: str) -> Slowdown | None:
+        """The slow-down found last for `backend` (in the decision under way, once `of` has run)."""
+        known = self._slowed.get(backend)
+        return known[1] if known is not None else None
+
+    def of(self, backend: str, profile: str, at: float) -> Slowdown:
+        """`backend`'s slow-down as of `at`, found once per decision (the first profile asked for leads)."""
+        known = self._slowed.get(backend)
+        seen = self._profiles.setdefault(backend, {})
+        if profile not in seen:
+            if len(seen) >= MAX_PROFILES:
+                del seen[next(iter(seen))]
+            seen[profile] = None
+        if known is not None and known[0] == at:
+            return known[1]
+        progress = self.progress(backend) if self.progress is not None else Progress()
+
+        def cell(profile: str) -> CellModel:
+            return self.cache.get(self.windows, backend, profile, at)
+
+        def pace(profile: str) -> DecodePace:
+            return self._pace(backend, profile, at)
+
+        profiles = [profile, *(p for p in seen if p != profile)]
+        profiles += {r.profile: None for r in progress.requests if r.profile not in seen}
+        last = known[1] if known is not None else None
+        slowed = engine_slowdown(progress, profiles, cell, pace, min_samples=MIN_SAMPLES, at=at, before=last)
+        if backend not in self._slowed and len(self._slowed) >= self.windows.max_cells:
+            del self._slowed[next(iter(self._slowed))]
+        self._slowed[backend] = (at, slowed)
+        return slowed
+
+    def _pace(self, backend: str, profile: str, at: float) -> DecodePace:
+        """The cell's decode pace over its finished streams, cached until its samples change."""
+        key = (backend, profile)
+        version = self.windows.version(backend, profile, at)
+        cached = self._paces.get(key)
+        if cached is None or cached[0] != version:
+            if key not in self._paces and len(self._paces) >= self.windows.max_cells:
+                del self._paces[next(iter(self._paces))]
+            cached = self._paces[key] = (version, decode_pace(self.windows.samples(backend, profile, at)))
+        return cached[1]
