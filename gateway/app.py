@@ -138,6 +138,7 @@ def build_gateway(
         [metrics.observe, measurement.observe, *observers, *learn],
         reliability=reliability,
         first_content_s=first_content_s(settings),
+        resume_streams=settings.limits.resume_streams,
     )
     dispatcher.accounting.track(measurement.progress)  # the router sees requests before they finish
     if objective is not None:  # explorations are booked as requests are sent, probes sent with them

@@ -264,7 +264,7 @@ class Day:
             return Refused(status, "refused", refusal.message if refusal else "none", 5)
         started = time.perf_counter()
         job = Job("", "chat", "/v1/chat/completions", pool, body, b"", started, decision.profile, ranked)
-        got = await self.failover.next(job, Tries())
+        got = await self.failover.next(job, Tries(job.started))
         assert isinstance(got, Slot | Refused)  # with admission, a slot or a refusal, never a bare hold
         return got
 

@@ -34,17 +34,27 @@ Taken = Slot | Hold  # a backend with this request counted on it; released when 
 
 class Tries:
     """One request's attempts so far: where they went, in order, the last failure, and the backends whose
-    latest failure proves no death (they may serve again soon)."""
+    latest failure proves no death (they may serve again soon). `started` (perf_counter) is when its
+    waits count from: the request's arrival, or the break of a stream being continued (`after_cut`)."""
 
-    __slots__ = ("tried", "last", "may_recover", "first_5xx")
+    __slots__ = ("tried", "last", "may_recover", "first_5xx", "started", "cut")
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.perf_counter() if started is None else started
+        self.cut: str | None = None  # why the stream being continued broke
         self.tried: list[str] = []
         self.last: AttemptFailed | None = None
         self.may_recover: set[str] = set()
         # An engine's 5xx that may be the input's fault, its breaker outcome held until another engine
         # has judged the same request (proxy/dispatch.py): where, its breaker ticket, the failure.
         self.first_5xx: tuple[str, Ticket | None, AttemptFailed] | None = None
+
+    def after_cut(self, why: str) -> Tries:
+        """The attempts of a continuation of the stream that broke (`why`): fresh waits, from now, and
+        never the backends tried already."""
+        tries = Tries()
+        tries.tried, tries.cut = list(self.tried), why
+        return tries
 
     def failed(self, backend: str, failed: AttemptFailed) -> None:
         self.last = failed
@@ -75,16 +85,16 @@ class Failover:
         self.max_attempts = max_attempts
         self.first_content_s = first_content_s
 
-    def first_content_at(self, job: Job) -> float | None:
+    def first_content_at(self, tries: Tries) -> float | None:
         """The loop time by which the request's first content must have come; None: unbounded."""
         if self.first_content_s is None:
             return None
-        left = self.first_content_s - (time.perf_counter() - job.started)
+        left = self.first_content_s - (time.perf_counter() - tries.started)
         return asyncio.get_running_loop().time() + left
 
     async def next(self, job: Job, tries: Tries) -> Taken | Refused:
         """Where the next attempt goes, counted there, or why none can be made."""
-        if tries.tried and self._first_content_spent(job):
+        if tries.tried and self._first_content_spent(tries):
             return no_backend_left()  # its time for a first content is over: the last failure answers
         remaining = [b for b in job.ranked if b not in tries.tried]
         spent = not remaining or len(tries.tried) >= self.max_attempts
@@ -92,12 +102,12 @@ class Failover:
         if reliability is None:
             return no_backend_left() if spent else self.registry.inflight.hold(remaining[0])
         if spent:
-            return await self._comeback(job, reliability, tries.may_recover)
+            return await self._comeback(job, reliability, tries)
         if not tries.tried:
             return await _first_slot(job, remaining, reliability)
         # Fail over to a backend that serves now; when none does, wait (bounded) for one to come back.
         ready = [b for b in remaining if self._is_ready(b)]
-        left = _queue_time_left(job, reliability)
+        left = _queue_time_left(tries, reliability)
         got = await reliability.admission.acquire(job.pool.model, ready or remaining, left)
         return _warming_if_so(job, ready or remaining, reliability, got)
 
@@ -117,7 +127,7 @@ class Failover:
         if ticket is not None and self.reliability is not None:
             self.reliability.breakers[backend].record(ticket, outcome)
 
-    async def _comeback(self, job: Job, reliability: Reliability, may_recover: set[str]) -> Slot | Refused:
+    async def _comeback(self, job: Job, reliability: Reliability, tries: Tries) -> Slot | Refused:
         """Every candidate failed (or the attempts are spent): wait, within the request's queue deadline
         (counted from its arrival), for a candidate that may serve again, and go there. A backend that is
         down but may come back (warming up, restarting) is taken as soon as it is ready; one that reset
@@ -125,8 +135,9 @@ class Failover:
         whose breaker is open once its cool-down lets a probe through; one found stalled (an attempt
         there was cut) once its stall mark lifts. Nothing to wait for: the last
         failure is the answer. The deadline passes: 503 `queue_timeout`, as for any queued request."""
+        may_recover = tries.may_recover
         while True:
-            left = _queue_time_left(job, reliability)
+            left = _queue_time_left(tries, reliability)
             restarting = [b for b in job.ranked if self.registry.may_come_back(b)]
             # Ready ones: a stalled one among them is waited for until its mark lifts (its next byte).
             alive = [b for b in job.ranked if b in may_recover and self._status(b) is Status.READY]
@@ -149,9 +160,9 @@ class Failover:
             if slot is not None:
                 return slot
 
-    def _first_content_spent(self, job: Job) -> bool:
+    def _first_content_spent(self, tries: Tries) -> bool:
         limit = self.first_content_s
-        return limit is not None and time.perf_counter() - job.started >= limit
+        return limit is not None and time.perf_counter() - tries.started >= limit
 
     def _is_ready(self, backend: str) -> bool:
         state = self.registry.backends[backend]
@@ -199,7 +210,8 @@ def _queue_timeout(reliability: Reliability) -> Refused:
     return Refused(503, "queue_timeout", message, config.retry_after_seconds)
 
 
-def _queue_time_left(job: Job, reliability: Reliability) -> float:
-    """What is left of the request's queue deadline, counted from its arrival."""
+def _queue_time_left(tries: Tries, reliability: Reliability) -> float:
+    """What is left of the request's queue deadline, counted from its arrival (or the break of the stream
+    being continued)."""
     timeout = reliability.admission.config.queue_timeout_seconds
-    return timeout - (time.perf_counter() - job.started)
+    return timeout - (time.perf_counter() - tries.started)

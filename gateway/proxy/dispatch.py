@@ -11,6 +11,9 @@ The request's exchange with its client (proxy/exchange.py) travels through these
   of it (`_attempt`): the same failure there is the client's 400, no engine charged.
 - proxy/stall.py: the hang watch; it may cut an attempt waiting on a stalled (or dead) backend for its
   first content, which then fails over like any failure before the first byte.
+- proxy/resume.py: a stream that breaks after content went out (the engine died, hung or reset) is
+  continued on the next candidate from the text the client already has, spliced into the same stream
+  (`resume_streams`); where it cannot be, or no engine can take it, an error frame and `[DONE]` end it.
 - proxy/relay.py: the answer to the client (whole, SSE pump, refusals, error frames, headers).
 - proxy/accounting.py: in-flight (the registry's one count, from the moment of dispatch until the last
   byte: pitfall 4), device time, passive health, dispatch listeners and the observers of the record.
@@ -29,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from gateway.backends.registry import Registry
 from gateway.proxy import relay
@@ -38,8 +42,17 @@ from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.attempts import NO_BACKEND_LEFT, Failover, Tries
 from gateway.proxy.breaker import Outcome, outcome_of
-from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, Job, UnencodableBody
+from gateway.proxy.exchange import (
+    AttemptFailed,
+    Exchange,
+    InputRejected,
+    Job,
+    StreamCut,
+    UnencodableBody,
+    encoded,
+)
 from gateway.proxy.reliability import Reliability
+from gateway.proxy.resume import Resume, Transcript, count_tokens, resumable
 from gateway.proxy.stall import Watched
 from gateway.proxy.upstream import (
     UpstreamConnectError,
@@ -69,8 +82,10 @@ class Dispatcher:
         reliability: Reliability | None = None,
         on_dispatch: Sequence[DispatchListener] = (),
         first_content_s: float | None = None,
+        resume_streams: bool = True,
     ) -> None:
         self.registry = registry
+        self.resume_streams = resume_streams  # continue a stream broken mid-answer on another engine
         self.transport = transport
         self.reliability = reliability  # breakers and admission slots; None: neither is enforced
         # A request's whole time for its first content, from arrival (proxy/attempts.py).
@@ -100,6 +115,8 @@ class Dispatcher:
         task = asyncio.current_task()
         assert task is not None
         exchange.task = task
+        if self.resume_streams and resumable(job.endpoint, job.body, job.stream):
+            exchange.resume = Resume(Transcript(chat=job.endpoint == "chat"))
         self.live.add(exchange)
         watcher = asyncio.create_task(exchange.watch_client(receive, task))
         try:
@@ -123,15 +140,15 @@ class Dispatcher:
 
     async def _attempts(self, exchange: Exchange) -> None:
         job, record = exchange.job, exchange.record
-        tries = Tries()
+        tries = Tries(job.started)
         try:
             while True:  # bounded by max_attempts and, when waiting for a comeback, the queue deadline
                 queued_at = time.perf_counter()
                 taken = await self.failover.next(job, tries)
                 record.queue_wait += time.perf_counter() - queued_at
                 if isinstance(taken, Refused):
-                    if tries.last is None or taken.code != NO_BACKEND_LEFT:
-                        await relay.refuse(exchange, taken)
+                    if exchange.streaming or tries.last is None or taken.code != NO_BACKEND_LEFT:
+                        await self._refused(exchange, taken, tries)
                         return
                     break  # no other backend can take it: answer with the last failure
                 backend = taken.backend
@@ -142,11 +159,18 @@ class Dispatcher:
                     return
                 except UnencodableBody as exc:
                     # The client's body, not the backend: no breaker outcome, no failover, a 400.
-                    await relay.bad_body(exchange, str(exc))
+                    await self._unanswerable(exchange, tries, relay.bad_body(exchange, str(exc)))
                     return
                 except InputRejected as rejected:
-                    await relay.rejected_input(exchange, rejected)
+                    await self._unanswerable(exchange, tries, relay.rejected_input(exchange, rejected))
                     return
+                except StreamCut as cut:
+                    record.failures.append((backend, str(cut)))
+                    log.warning(
+                        "request %s: %s broke mid-stream, continuing it: %s", job.request_id, backend, cut
+                    )
+                    record.resumed_from.append(backend)
+                    tries = tries.after_cut(str(cut))
                 except AttemptFailed as failed:
                     record.failures.append((backend, str(failed)))
                     log.warning(
@@ -156,11 +180,29 @@ class Dispatcher:
                 finally:
                     taken.release()
             assert tries.last is not None, "dispatch needs at least one candidate"
-            await relay.last_failure(exchange, tries.last)
+            await self._unanswerable(exchange, tries, relay.last_failure(exchange, tries.last))
         finally:
             # No second engine judged the first one's 5xx (none left, or the client went away): it
             # counts against that engine, as any failure does.
             self._judged(tries, "failure")
+
+    async def _refused(self, exchange: Exchange, refused: Refused, tries: Tries) -> None:
+        """No attempt can be made: the gateway's refusal, or for a stream being continued, its end."""
+        await self._unanswerable(exchange, tries, relay.refuse(exchange, refused))
+
+    async def _unanswerable(
+        self, exchange: Exchange, tries: Tries, answer: Coroutine[Any, Any, None]
+    ) -> None:
+        """`answer` goes out, unless the client's stream is under way (a continuation found no engine):
+        then an error frame and `[DONE]` end it, saying why it broke."""
+        if not exchange.streaming:
+            await answer
+            return
+        answer.close()
+        why = tries.cut or "the backend failed mid-stream"
+        if tries.last is not None:
+            why = f"{why}; continuing it failed: {tries.last}"
+        await relay.cut_short(exchange, why)
 
     async def _attempt(self, exchange: Exchange, backend: str, tries: Tries) -> None:
         """One attempt on `backend`, its breaker asked first and told the outcome after. The body is
@@ -171,11 +213,11 @@ class Dispatcher:
         not unavailable) is charged only once a second engine has judged the same request. The second
         serves it: the first one's failure counts. The second fails the same way: the input is the
         client's fault (InputRejected, a 400) and neither engine is charged."""
-        body = exchange.job.body_for(backend)
+        body = await self._body(exchange, backend)
         ticket = self.failover.ticket(backend)
         outcome: Outcome = "failure"
         try:
-            outcome = await self._forward(exchange, backend, body)
+            outcome = await self._forward(exchange, backend, body, self.failover.first_content_at(tries))
         except asyncio.CancelledError:
             outcome = "client_error"  # the client went away: says nothing about the backend
             raise
@@ -210,7 +252,27 @@ class Dispatcher:
             tries.first_5xx = None
             self.failover.settle(backend, ticket, outcome)
 
-    async def _forward(self, exchange: Exchange, backend: str, body: bytes) -> Outcome:
+    async def _body(self, exchange: Exchange, backend: str) -> bytes:
+        """What `backend` is sent: the client's request, or the continuation of a stream that broke
+        (proxy/resume.py). AttemptFailed, before any breaker hears of it, when `backend` cannot count the
+        answer's tokens or the token limit leaves nothing to continue."""
+        job, resume = exchange.job, exchange.resume
+        if resume is None or not exchange.record.resumed_from:
+            return job.body_for(backend)
+        served = job.pool.served_name(backend)
+        config = self.registry.backends[backend].config
+        generated = await count_tokens(self.transport, config, served, resume.transcript.text)
+        if generated is None:
+            raise AttemptFailed(f"{backend} cannot count the answer's tokens to continue it", 502)
+        body = resume.body(job.rewritten(served), job.endpoint, served, generated)
+        if body is None:
+            raise AttemptFailed("the token limit leaves nothing to continue", 502)
+        resume.generated = generated
+        return encoded(body)
+
+    async def _forward(
+        self, exchange: Exchange, backend: str, body: bytes, first_content_at: float | None
+    ) -> Outcome:
         """Send the request to `backend` and relay its answer; AttemptFailed before the first byte.
 
         Everything until the answer may go out (the response head, and a stream's first content or a
@@ -227,7 +289,7 @@ class Dispatcher:
         payload = b""
         try:
             try:
-                async with asyncio.timeout(self.failover.first_content_at(job)) as scope:
+                async with asyncio.timeout(first_content_at) as scope:
                     if watched is not None:
                         watched.scope = scope
                     response = await self._send(state.config.url + job.path, headers, body, backend)

@@ -14,6 +14,7 @@ import orjson
 
 from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.breaker import Outcome
+from gateway.proxy.resume import Resume
 from gateway.records import ExplorationPlan, RequestRecord
 from gateway.settings import PoolConfig
 from gateway.stats.progress import Attempt
@@ -44,18 +45,25 @@ class Job:
         if served == self.body.get("model") and not self.add_usage:
             return self.raw
         if served not in self._bodies:
-            body = dict(self.body, model=served)
-            if self.add_usage:
-                options = self.body.get("stream_options")
-                body["stream_options"] = {
-                    **(options if isinstance(options, dict) else {}),
-                    "include_usage": True,
-                }
-            try:
-                self._bodies[served] = orjson.dumps(body)
-            except orjson.JSONEncodeError as exc:
-                raise UnencodableBody(str(exc)) from exc
+            self._bodies[served] = encoded(self.rewritten(served))
         return self._bodies[served]
+
+    def rewritten(self, served: str) -> dict[str, Any]:
+        """The body as a backend serving the model as `served` gets it: its model name, and usage asked
+        for when the gateway wants it and the client did not."""
+        body = dict(self.body, model=served)
+        if self.add_usage:
+            options = self.body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        return body
+
+
+def encoded(body: dict[str, Any]) -> bytes:
+    """A rewritten body's bytes; UnencodableBody when it cannot be encoded."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError as exc:
+        raise UnencodableBody(str(exc)) from exc
 
 
 class UnencodableBody(Exception):
@@ -73,7 +81,17 @@ class Exchange:
     dispatch answers with `why` (an error frame and `[DONE]` on a stream under way)."""
 
     __slots__ = (
-        "job", "record", "send", "committed", "dispatched", "gone", "streaming", "ending", "task", "progress"
+        "job",
+        "record",
+        "send",
+        "committed",
+        "dispatched",
+        "gone",
+        "streaming",
+        "ending",
+        "task",
+        "progress",
+        "resume",
     )
 
     def __init__(self, job: Job, send: Send) -> None:
@@ -89,6 +107,7 @@ class Exchange:
         self.ending: str | None = None  # why the gateway ends the exchange early, once it does
         self.task: asyncio.Task[Any] | None = None  # the request's task, cancelled by `end`
         self.progress: Attempt | None = None  # its attempt in the progress book, while one is under way
+        self.resume: Resume | None = None  # a stream that may be continued elsewhere if it breaks mid-answer
 
     def commit(self) -> None:
         self.committed = True
@@ -127,6 +146,11 @@ class AttemptFailed(Exception):
         self.may_recover = False
         self.code: str | None = None  # the error code the client gets if this is the last failure
         self.answered = False  # the engine answered it (an HTTP status, an error frame), no transport error
+
+
+class StreamCut(Exception):
+    """A stream broke after content went out, and its answer can be continued on another engine
+    (proxy/resume.py): nothing more was sent to the client, the breaker hears of a failure."""
 
 
 class InputRejected(Exception):

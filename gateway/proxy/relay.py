@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import send_bytes
 from gateway.proxy.breaker import outcome_of
 from gateway.proxy.errors import error_body, error_frame
-from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected
+from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, StreamCut
 from gateway.proxy.reliability import ERROR_SOURCE, refusal_headers
 from gateway.proxy.stall import Watched
 from gateway.proxy.stream import SseMeter
@@ -72,7 +72,8 @@ async def open_stream(exchange: Exchange, response: UpstreamResponse) -> Opened:
     """Read the SSE stream until it has answered (`_until_answered`); nothing reaches the client yet, so a
     failure until then fails the attempt (AttemptFailed) and the next backend serves the client a clean
     stream of its own."""
-    meter = SseMeter(strip_usage=exchange.job.add_usage)
+    transcript = exchange.resume.transcript if exchange.resume is not None else None
+    meter = SseMeter(strip_usage=exchange.job.add_usage, transcript=transcript)
     if exchange.progress is not None:
         exchange.progress.meter = meter  # the router reads the stream's pace while it is pumped
     # The first-token timeout runs until content arrives (a role frame is not a token).
@@ -83,43 +84,74 @@ async def open_stream(exchange: Exchange, response: UpstreamResponse) -> Opened:
 
 async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = None) -> None:
     """Pump the answered SSE stream through as it arrives, measuring it on the way: the head and what
-    was held first, then each read as it comes; a failure from here on ends the stream with an error
-    frame. The hang watch (`watched`) may cut a stream whose backend stalled: it ends the same way, at
-    once, rather than after the idle timeout."""
+    was held first, then each read as it comes. A stream continuing one that broke (proxy/resume.py)
+    sends no head: its frames are spliced into the client's stream. A failure from here on ends the
+    stream with an error frame, or, when the answer can be continued elsewhere, raises StreamCut with
+    nothing sent. The hang watch (`watched`) may cut a stream whose backend stalled: it ends the same
+    way, at once, rather than after the idle timeout."""
     job, record, send = exchange.job, exchange.record, exchange.send
     meter, chunks = opened.meter, opened.chunks
-    head = headers(exchange, opened.content_type)
-    head.append((b"cache-control", b"no-cache"))
-    await send({"type": "http.response.start", "status": 200, "headers": head})
-    exchange.streaming = True
+    resume = exchange.resume
+    splice = resume.splice if resume is not None and exchange.streaming else None
+    if splice is None:
+        head = headers(exchange, opened.content_type)
+        head.append((b"cache-control", b"no-cache"))
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        exchange.streaming = True
     tail = b""
     try:
         async with asyncio.timeout(None) as scope:
             if watched is not None:
                 watched.meter, watched.scope, watched.committed = meter, scope, True
-            if opened.held:
-                await send({"type": "http.response.body", "body": opened.held, "more_body": True})
+            for out in _forwarded(opened.held, splice):
+                await send({"type": "http.response.body", "body": out, "more_body": True})
             async for chunk in chunks:  # the same reads, past what was held
-                out = meter.feed(chunk)
-                if out:
+                for out in _forwarded(meter.feed(chunk), splice):
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            tail = meter.flush()
+            tail = b"".join(_forwarded(meter.flush(), splice))
     except UpstreamError as exc:
         # The status is already 200: the client learns of the failure from an error frame.
-        record.error = str(exc)
-        frame = error_frame(f"the backend failed mid-stream: {exc}", "upstream_stream_error")
-        tail = frame + b"data: [DONE]\n\n"
+        tail = _broke(exchange, meter, f"the backend failed mid-stream: {exc}", "upstream_stream_error")
     except TimeoutError:
         if watched is None or watched.cut is None or not scope.expired():
             raise
-        record.error = watched.cut
-        tail = error_frame(f"{watched.cut} (mid-stream)", "backend_stalled") + b"data: [DONE]\n\n"
+        tail = _broke(exchange, meter, f"{watched.cut} (mid-stream)", "backend_stalled")
     finally:
         if watched is not None:
             watched.scope = None
     take_stream_measures(record, meter, job.started)
+    if splice is not None and resume is not None:
+        resume.settle(record)
     exchange.commit()
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _forwarded(data: bytes, splice: Callable[[bytes], bytes] | None) -> list[bytes]:
+    """What of `data` goes to the client: as it came, or spliced into the stream it continues."""
+    if data and splice is not None:
+        data = splice(data)
+    return [data] if data else []
+
+
+def _broke(exchange: Exchange, meter: SseMeter, why: str, code: str) -> bytes:
+    """A stream broke after its answer went out: StreamCut when another engine can write the rest
+    (nothing more is sent here), else the error frame and `[DONE]` that end it."""
+    resume = exchange.resume
+    answered = meter.first_token_at is not None or bool(exchange.record.resumed_from)
+    if resume is not None and resume.can_continue(answered):
+        if resume.ttft is None and meter.first_token_at is not None:
+            resume.ttft = meter.first_token_at - exchange.job.started
+        raise StreamCut(why)
+    exchange.record.error = why
+    return error_frame(why, code) + b"data: [DONE]\n\n"
+
+
+async def cut_short(exchange: Exchange, why: str) -> None:
+    """A broken stream no other engine could continue: its error frame and `[DONE]` end it."""
+    exchange.record.error = why
+    exchange.commit()
+    tail = error_frame(why, "upstream_stream_error") + b"data: [DONE]\n\n"
+    await exchange.send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 async def _until_answered(meter: SseMeter, chunks: AsyncIterator[bytes]) -> bytes:

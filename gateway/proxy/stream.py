@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -48,10 +48,22 @@ _DELTA_KEYS = ("text", "partial_json", "thinking")
 _FINAL_RESPONSE_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
+class Transcribes(Protocol):
+    """What keeps the text of an OpenAI stream as it goes out (proxy/resume.Transcript)."""
+
+    def take(self, event: dict[str, Any], choices: Any) -> None: ...
+
+
 class SseMeter:
-    def __init__(self, strip_usage: bool, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        strip_usage: bool,
+        clock: Callable[[], float] = time.perf_counter,
+        transcript: Transcribes | None = None,
+    ) -> None:
         self.strip_usage = strip_usage
         self.clock = clock
+        self.transcript = transcript  # told every frame with `choices`, for a stream that may be resumed
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
         self.itl: list[float] = []
@@ -107,7 +119,7 @@ class SseMeter:
 
     def _inspect(self, frame: bytes, now: float) -> bool:
         """Measure one frame (without its separator); False if it must not reach the client."""
-        payload = _data(frame)
+        payload = frame_data(frame)
         if payload is None:
             return True
         if payload == b"[DONE]":
@@ -127,6 +139,8 @@ class SseMeter:
         if choices is None and isinstance(event.get("type"), str):
             self._typed_event(event, now)  # the Anthropic and Responses streams: typed events
             return True
+        if self.transcript is not None and choices is not None:
+            self.transcript.take(event, choices)
         if _has_content(choices):
             self._token(now)
         elif self.first_token_at is None and _has_finish(choices):
@@ -220,6 +234,21 @@ def _event_has_content(event: dict[str, Any]) -> bool:
     return False
 
 
+def split_frames(data: bytes) -> list[tuple[bytes, bytes]]:
+    """Whole frames (as the meter forwards them) as (frame, its separator); a trailing part without one
+    comes last with an empty separator."""
+    buf = bytearray(data)
+    frames: list[tuple[bytes, bytes]] = []
+    start = 0
+    while (found := _boundary(buf, start))[0] >= 0:
+        end, sep = found
+        frames.append((bytes(buf[start:end]), bytes(buf[end : end + sep])))
+        start = end + sep
+    if start < len(buf):
+        frames.append((bytes(buf[start:]), b""))
+    return frames
+
+
 def _boundary(buf: bytearray, start: int) -> tuple[int, int]:
     """(index, length) of the next frame separator at or after `start`, or (-1, 0)."""
     lf = buf.find(b"\n\n", start)
@@ -229,7 +258,7 @@ def _boundary(buf: bytearray, start: int) -> tuple[int, int]:
     return (lf, 2) if lf >= 0 else (-1, 0)
 
 
-def _data(frame: bytes) -> bytes | None:
+def frame_data(frame: bytes) -> bytes | None:
     """The frame's data payload (multiple `data:` lines joined by newlines), or None for a comment."""
     if frame.startswith(b"data:") and b"\n" not in frame:
         return frame[5:].strip()

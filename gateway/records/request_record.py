@@ -33,6 +33,8 @@ class RequestRecord:
     queue_wait: float = 0.0  # time spent taking admission slots: waiting in the pool's queue, comebacks
     error: str | None = None
     failures: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) per failed attempt
+    # Backends whose stream of it broke mid-answer, the answer continued elsewhere (proxy/resume.py).
+    resumed_from: list[str] = field(default_factory=list)
     ended_by_gateway: bool = False  # ended early by the gateway itself (a shutdown's drain deadline)
     # The parsed request, for recorders that relate usage to the prompt (the router's token estimator);
     # a reference, read after the answer went out, so the request path pays nothing for it.

@@ -23,6 +23,11 @@ class Limits(Strict):
 
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_attempts: int = Field(default=3, ge=1, description="backends tried per request before giving up")
+    resume_streams: bool = Field(
+        default=True,
+        description="a stream that breaks after content went out (its engine died, hung or reset) is "
+        "continued on another backend of its pool from the text the client has (proxy/resume.py)",
+    )
     connections: int = Field(default=1024, ge=1, description="upstream connection pool size")
     # The request head (request line and headers): 431 past either limit, before auth and the body.
     max_head_bytes: int = Field(default=64 * 1024, ge=1024, description="request line + all headers")

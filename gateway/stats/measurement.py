@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -179,8 +180,14 @@ class Measurement:
         if record.backend is None:
             return
         sample = record_sample(record)
-        if sample is not None:
-            self.recorder.record(record.backend, record.profile, sample)
+        if sample is None:
+            return
+        broken = getattr(record, "resumed_from", ())
+        if broken:  # its timing spans two engines; the ones whose stream broke failed it
+            for backend in broken:
+                self.recorder.record(backend, record.profile, replace(sample, error=True))
+            return
+        self.recorder.record(record.backend, record.profile, sample)
 
     async def start(self) -> None:
         if self.state_dir is not None and self._saver is not None:

@@ -163,17 +163,24 @@ async def test_client_disconnect_cancels_the_upstream_request(engines: list[Fake
 
 
 def _dispatcher(
-    handler: Any, backends: tuple[str, ...] = ("a", "b"), on_dispatch: Sequence[DispatchListener] = ()
+    handler: Any,
+    backends: tuple[str, ...] = ("a", "b"),
+    on_dispatch: Sequence[DispatchListener] = (),
+    resume: bool = True,
 ) -> tuple[Dispatcher, Registry, list[RequestRecord]]:
     settings = settings_for({name: f"http://{name}.invalid" for name in backends})
     registry = Registry(settings)
     records: list[RequestRecord] = []
     transport = MockTransport(handler)
-    return (
-        Dispatcher(registry, transport, max_attempts=2, observers=[records.append], on_dispatch=on_dispatch),
+    dispatcher = Dispatcher(
         registry,
-        records,
+        transport,
+        max_attempts=2,
+        observers=[records.append],
+        on_dispatch=on_dispatch,
+        resume_streams=resume,
     )
+    return dispatcher, registry, records
 
 
 def _job(registry: Registry, ranked: tuple[str, ...] = ("a", "b")) -> Job:
@@ -537,15 +544,15 @@ async def test_an_error_frame_blaming_the_request_is_passed_through_without_fail
     assert records[0].error == "invalid tool schema"
 
 
-async def test_after_content_a_break_ends_the_stream_with_an_error_frame_and_done() -> None:
+async def test_after_content_a_break_ends_the_stream_with_an_error_frame_and_done_without_resuming() -> None:
     broken = UpstreamBroken("the backend's response broke off")
     handler, calls = _by_backend(
         {"a": Scripted([ROLE, content("Hel")], broken), "b": Scripted([ROLE, content("x"), DONE])}
     )
-    dispatcher, registry, records = _dispatcher(handler)
+    dispatcher, registry, records = _dispatcher(handler, resume=False)
     client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
-    assert calls == ["a"]  # content was sent: it cannot be replayed elsewhere
+    assert calls == ["a"]  # content was sent: it cannot be replayed elsewhere, nor continued (off)
     assert dict(_starts(client)[0]["headers"])[b"x-gateway-backend"] == b"a"
     parts = frames(_body(client))
     assert parts[:2] == [ROLE.strip(), content("Hel").strip()]
