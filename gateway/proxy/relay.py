@@ -25,7 +25,7 @@ from gateway.proxy.errors import error_body, error_frame
 from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, StreamCut
 from gateway.proxy.reliability import ERROR_SOURCE, refusal_headers
 from gateway.proxy.stall import Watched
-from gateway.proxy.stream import SseMeter
+from gateway.proxy.stream import SseMeter, split_frames
 from gateway.proxy.upstream import UpstreamError, UpstreamResponse, UpstreamTimeout
 
 OVERHEAD_MS = b"x-gateway-overhead-ms"  # the gateway's own time: parse, route, rewrite (no queueing)
@@ -106,8 +106,14 @@ async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = N
             for out in _forwarded(opened.held, splice):
                 await send({"type": "http.response.body", "body": out, "more_body": True})
             async for chunk in chunks:  # the same reads, past what was held
-                for out in _forwarded(meter.feed(chunk), splice):
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                quiet = meter.error is None
+                out = meter.feed(chunk)
+                failed = _engine_failure(meter.error) if quiet and meter.error is not None else None
+                cut = failed is not None and _continues(exchange, meter)  # the rest comes from elsewhere
+                for piece in _forwarded(_before_error(out) if cut else out, splice):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                if cut:
+                    raise StreamCut(f"the backend sent an error mid-stream: {failed}")
             tail = b"".join(_forwarded(meter.flush(), splice))
     except UpstreamError as exc:
         # The status is already 200: the client learns of the failure from an error frame.
@@ -136,14 +142,32 @@ def _forwarded(data: bytes, splice: Callable[[bytes], bytes] | None) -> list[byt
 def _broke(exchange: Exchange, meter: SseMeter, why: str, code: str) -> bytes:
     """A stream broke after its answer went out: StreamCut when another engine can write the rest
     (nothing more is sent here), else the error frame and `[DONE]` that end it."""
-    resume = exchange.resume
-    answered = meter.first_token_at is not None or bool(exchange.record.resumed_from)
-    if resume is not None and resume.can_continue(answered):
-        if resume.ttft is None and meter.first_token_at is not None:
-            resume.ttft = meter.first_token_at - exchange.job.started
+    if _continues(exchange, meter):
         raise StreamCut(why)
     exchange.record.error = why
     return error_frame(why, code) + b"data: [DONE]\n\n"
+
+
+def _continues(exchange: Exchange, meter: SseMeter) -> bool:
+    """Whether another engine can write the rest of this stream now (proxy/resume.py); it keeps the
+    client's time to first content for the record."""
+    resume = exchange.resume
+    answered = meter.first_token_at is not None or bool(exchange.record.resumed_from)
+    if resume is None or not resume.can_continue(answered):
+        return False
+    if resume.ttft is None and meter.first_token_at is not None:
+        resume.ttft = meter.first_token_at - exchange.job.started
+    return True
+
+
+def _before_error(data: bytes) -> bytes:
+    """The frames of `data` before its error frame (the engine's `[DONE]` after it is dropped too)."""
+    kept: list[bytes] = []
+    for frame, separator in split_frames(data):
+        if frame.startswith(b"data:") and b'"error"' in frame:
+            break
+        kept.append(frame + separator)
+    return b"".join(kept)
 
 
 async def cut_short(exchange: Exchange, why: str) -> None:
@@ -187,17 +211,25 @@ async def _until_answered(meter: SseMeter, chunks: AsyncIterator[bytes]) -> byte
     return b"".join(held)
 
 
-def _error_before_content(error: dict[str, Any]) -> AttemptFailed | None:
-    """An error frame before any content, judged as its code would be in an HTTP answer: a failure or
-    back-pressure fails the attempt (the engine's error is kept, passed through if it is the last); the
-    request's own fault, or a frame without a numeric code, is the answer and goes to the client."""
+def _engine_failure(error: dict[str, Any]) -> str | None:
+    """An engine's error frame judged as its code would be in an HTTP answer: "HTTP <code> <message>" for
+    a failure or back-pressure (the engine's), None for the request's own fault or a frame without a
+    numeric code."""
     code = error.get("code")
     if not isinstance(code, int) or isinstance(code, bool):
         return None
     message = str(error.get("message", ""))
-    outcome = outcome_of(code, message)
-    if outcome not in ("failure", "backpressure"):
+    return f"HTTP {code} {message}" if outcome_of(code, message) in ("failure", "backpressure") else None
+
+
+def _error_before_content(error: dict[str, Any]) -> AttemptFailed | None:
+    """An error frame before any content: the engine's failure or back-pressure fails the attempt (the
+    engine's error is kept, passed through if it is the last); the request's own fault, or a frame
+    without a numeric code, is the answer and goes to the client."""
+    if _engine_failure(error) is None:
         return None
+    code, message = error["code"], str(error.get("message", ""))
+    outcome = outcome_of(code, message)
     status = code if code == 429 or 500 <= code < 600 else 502
     answer = (orjson.dumps({"error": error}), "application/json")
     failed = AttemptFailed(f"error frame before any content: HTTP {code} {message}", status, answer)

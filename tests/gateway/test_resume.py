@@ -257,3 +257,24 @@ def test_tokenizer_requests_and_answers_per_flavor() -> None:
     assert token_count({"count": 3, "tokens": [1]}) == 3
     assert token_count({"tokens": [1, 2]}) == 2
     assert token_count({"detail": "no"}) is None and token_count([1]) is None
+
+
+def test_an_engine_s_own_error_frame_mid_answer_is_continued_and_one_blaming_the_request_is_not() -> None:
+    engine_error = frame({"error": {"code": 500, "message": "EngineCore encountered an issue"}})
+    a = MockResponse(200, [chunk(role=True), chunk("Hel"), engine_error, DONE], "text/event-stream")
+    b = MockResponse(
+        200, [chunk(role=True, ident="b-9"), chunk("lo", ident="b-9"), DONE], "text/event-stream"
+    )
+    backends = Backends({"a": a, "b": b}, {"b": 1})
+    raw, records = run_dispatch(backends, {**CHAT, "stream": True})
+    parsed = events(raw)
+    assert text_of(parsed) == "Hello" and parsed[-1] == "[DONE]" and parsed.count("[DONE]") == 1
+    assert not any(isinstance(e, dict) and "error" in e for e in parsed)
+    assert records[0].resumed_from == ["a"] and "HTTP 500" in records[0].failures[0][1]
+
+    own_fault = frame({"error": {"code": 400, "message": "bad logits processor"}})
+    a = MockResponse(200, [chunk(role=True), chunk("Hel"), own_fault, DONE], "text/event-stream")
+    backends = Backends({"a": a, "b": b}, {"b": 1})
+    raw, records = run_dispatch(backends, {**CHAT, "stream": True})
+    assert events(raw)[-2]["error"]["code"] == 400 and [s[0] for s in backends.sent] == ["a"]
+    assert records[0].resumed_from == []
