@@ -115,8 +115,9 @@ class Dispatcher:
         task = asyncio.current_task()
         assert task is not None
         exchange.task = task
-        if self.resume_streams and resumable(job.endpoint, job.body, job.stream):
-            exchange.resume = Resume(Transcript(chat=job.endpoint == "chat"))
+        api = job.upstream_api
+        if self.resume_streams and resumable(api, job.body, job.stream):
+            exchange.resume = Resume(Transcript(chat=api == "chat"))
         self.live.add(exchange)
         watcher = asyncio.create_task(exchange.watch_client(receive, task))
         try:
@@ -264,7 +265,7 @@ class Dispatcher:
         generated = await count_tokens(self.transport, config, served, resume.transcript.text)
         if generated is None:
             raise AttemptFailed(f"{backend} cannot count the answer's tokens to continue it", 502)
-        body = resume.body(job.rewritten(served), job.endpoint, served, generated)
+        body = resume.body(job.rewritten(served), job.upstream_api, served, generated)
         if body is None:
             raise AttemptFailed("the token limit leaves nothing to continue", 502)
         resume.generated = generated

@@ -16,6 +16,7 @@ from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.breaker import Outcome
 from gateway.proxy.resume import Resume
 from gateway.records import ExplorationPlan, RequestRecord
+from gateway.records.endpoints import ENDPOINT_PATHS
 from gateway.settings import PoolConfig
 from gateway.stats.progress import Attempt
 
@@ -47,6 +48,12 @@ class Job:
         if served not in self._bodies:
             self._bodies[served] = encoded(self.rewritten(served))
         return self._bodies[served]
+
+    @property
+    def upstream_api(self) -> str:
+        """The API the backend is spoken to in, by the upstream path: the client's endpoint, or chat for a
+        Messages request translated to chat (api/shaped.py)."""
+        return next((name for name, path in ENDPOINT_PATHS.items() if path == self.path), self.endpoint)
 
     def rewritten(self, served: str) -> dict[str, Any]:
         """The body as a backend serving the model as `served` gets it: its model name, and usage asked

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from gateway_fakes import AsgiClient, settings_for
 
+from gateway.api.reshape import MessagesFromChat
 from gateway.backends.registry import Registry
 from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.proxy.resume import Resume, Transcript, resumable, token_count, tokenize_body
@@ -278,3 +279,29 @@ def test_an_engine_s_own_error_frame_mid_answer_is_continued_and_one_blaming_the
     raw, records = run_dispatch(backends, {**CHAT, "stream": True})
     assert events(raw)[-2]["error"]["code"] == 400 and [s[0] for s in backends.sent] == ["a"]
     assert records[0].resumed_from == []
+
+
+def test_a_messages_request_translated_to_chat_is_continued_as_chat_under_the_anthropic_stream() -> None:
+    a = Broken(200, [chunk(role=True), chunk("Hel"), chunk("lo")], "text/event-stream")
+    rest = [chunk(role=True, ident="b-9"), chunk(" world", ident="b-9"), chunk(finish="length", ident="b-9")]
+    b = MockResponse(200, [*rest, usage(13, 8, "b-9"), DONE], "text/event-stream")
+    backends = Backends({"a": a, "b": b}, {"b": 2})
+    chat = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    settings = settings_for({"a": "http://a.invalid", "b": "http://b.invalid"})
+    registry = Registry(settings)
+    dispatcher = Dispatcher(registry, MockTransport(backends), max_attempts=3)
+    raw_chat = orjson.dumps(chat)
+    job = Job(
+        "r1", "messages", "/v1/chat/completions", registry.pools[0], chat, raw_chat, 0.0, "d", ("a", "b")
+    )
+    job.stream = True
+    client = AsgiClient()
+    asyncio.run(dispatcher.run(job, client.receive, MessagesFromChat(client.send, "m", 5)))
+    raw = b"".join(m.get("body", b"") for m in client.sent if m["type"] == "http.response.body")
+
+    data = [orjson.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: ")]
+    kinds = [event["type"] for event in data]
+    text = "".join(e["delta"].get("text", "") for e in data if e["type"] == "content_block_delta")
+    assert text == "Hello world" and "error" not in kinds
+    assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop"
+    assert [e["usage"]["output_tokens"] for e in data if e["type"] == "message_delta"] == [10]
