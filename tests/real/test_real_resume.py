@@ -4,7 +4,6 @@ other real llama-server finishes the answer (proxy/resume.py), counting the text
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,15 +12,14 @@ import openai
 import pytest
 from engine_fleet import COMMON_ARGS
 from gateway_harness import PLAIN, POOL, SPEC, pair_settings, serving, wait_until_ready, write_policy
+from interrupted_stream import assert_one_whole_answer, greedy_chat, read_interrupted
 from llama_build import BuiltServer
 from llama_process import LlamaServer, start, stop
 
 pytestmark = pytest.mark.real
 
 MAX_TOKENS = 120
-# Chunks the client reads from the first engine before it is killed: well inside the answer.
-KILL_AFTER = 12
-QUESTION = "Write a long story about a lighthouse keeper and the sea, in plain sentences."
+KILL_AFTER = 12  # chunks read from the first engine before it is killed: well inside the answer
 
 
 @contextmanager
@@ -37,18 +35,6 @@ def two_engines(build: BuiltServer, model: Path, logs: Path) -> Iterator[dict[st
             stop(server)
 
 
-def _request() -> dict[str, object]:
-    return {
-        "model": POOL,
-        "messages": [{"role": "user", "content": QUESTION}],
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "extra_body": {"ignore_eos": True},
-    }
-
-
 def test_an_answer_whose_engine_is_killed_mid_stream_is_finished_by_the_other(
     llama_server_build: BuiltServer, gemma_gguf: Path, tmp_path: Path
 ) -> None:
@@ -57,34 +43,15 @@ def test_an_answer_whose_engine_is_killed_mid_stream_is_finished_by_the_other(
         with serving(settings) as running:
             wait_until_ready(running)
             client = openai.OpenAI(base_url=running.v1, api_key="unused", max_retries=0, timeout=120)
-            raw = client.chat.completions.with_raw_response.create(**_request())  # type: ignore[call-overload]
-            first = raw.headers["x-gateway-backend"]
-            other = SPEC if first == PLAIN else PLAIN
-            text, before, ids, chunks, usage, finish = "", "", set(), 0, None, None
-            started = time.monotonic()
-            for chunk in raw.parse():
-                chunks += 1
-                ids.add(chunk.id)
-                if chunk.usage is not None:
-                    usage = chunk.usage
-                for choice in chunk.choices:
-                    text += choice.delta.content or ""
-                    finish = choice.finish_reason or finish
-                if chunks == KILL_AFTER:
-                    engines[first].process.kill()  # SIGKILL mid-answer
-                    before = text
-            elapsed = time.monotonic() - started
+            read = read_interrupted(
+                client,
+                greedy_chat(POOL, MAX_TOKENS, stream=True),
+                KILL_AFTER,
+                lambda backend: engines[backend].process.kill(),  # SIGKILL mid-answer
+            )
+            other = SPEC if read.first == PLAIN else PLAIN
             # The same request straight to the engine that finished it, uninterrupted, for comparison.
             direct = openai.OpenAI(base_url=engines[other].base_url + "/v1", api_key="unused", max_retries=0)
-            reference = direct.chat.completions.create(
-                **{**_request(), "model": "any", "stream": False}  # type: ignore[arg-type]
-            )
-    print(
-        f"\nkilled {first} after {KILL_AFTER} chunks ({len(before)} chars); {other} finished it: "
-        f"{chunks} chunks, {len(text)} chars in {elapsed:.1f}s, usage {usage}, finish {finish}"
-    )
-    assert before and text.startswith(before) and len(text) > len(before)
-    assert len(ids) == 1 and finish == "length"
-    assert usage is not None and usage.completion_tokens == MAX_TOKENS
-    # Greedy decoding on the same weights: the continuation writes what the engine would have.
-    assert text == reference.choices[0].message.content
+            reference = direct.chat.completions.create(**greedy_chat("any", MAX_TOKENS, stream=False))
+    print("\n" + read.summary(KILL_AFTER, other))
+    assert_one_whole_answer(read, reference.choices[0].message.content, MAX_TOKENS)
