@@ -149,7 +149,7 @@ class Dispatcher:
                 record.queue_wait += time.perf_counter() - queued_at
                 if isinstance(taken, Refused):
                     if exchange.streaming or tries.last is None or taken.code != NO_BACKEND_LEFT:
-                        await self._refused(exchange, taken, tries)
+                        await self._unanswerable(exchange, tries, relay.refuse(exchange, taken))
                         return
                     break  # no other backend can take it: answer with the last failure
                 backend = taken.backend
@@ -186,10 +186,6 @@ class Dispatcher:
             # No second engine judged the first one's 5xx (none left, or the client went away): it
             # counts against that engine, as any failure does.
             self._judged(tries, "failure")
-
-    async def _refused(self, exchange: Exchange, refused: Refused, tries: Tries) -> None:
-        """No attempt can be made: the gateway's refusal, or for a stream being continued, its end."""
-        await self._unanswerable(exchange, tries, relay.refuse(exchange, refused))
 
     async def _unanswerable(
         self, exchange: Exchange, tries: Tries, answer: Coroutine[Any, Any, None]

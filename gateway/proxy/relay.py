@@ -103,18 +103,18 @@ async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = N
         async with asyncio.timeout(None) as scope:
             if watched is not None:
                 watched.meter, watched.scope, watched.committed = meter, scope, True
-            for out in _forwarded(opened.held, splice):
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+            if held := _forwarded(opened.held, splice):
+                await send({"type": "http.response.body", "body": held, "more_body": True})
             async for chunk in chunks:  # the same reads, past what was held
                 quiet = meter.error is None
                 out = meter.feed(chunk)
                 failed = _engine_failure(meter.error) if quiet and meter.error is not None else None
                 cut = failed is not None and _continues(exchange, meter)  # the rest comes from elsewhere
-                for piece in _forwarded(_before_error(out) if cut else out, splice):
-                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                if out := _forwarded(_before_error(out) if cut else out, splice):
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
                 if cut:
                     raise StreamCut(f"the backend sent an error mid-stream: {failed}")
-            tail = b"".join(_forwarded(meter.flush(), splice))
+            tail = _forwarded(meter.flush(), splice)
     except UpstreamError as exc:
         # The status is already 200: the client learns of the failure from an error frame.
         tail = _broke(exchange, meter, f"the backend failed mid-stream: {exc}", "upstream_stream_error")
@@ -132,11 +132,9 @@ async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = N
     await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
-def _forwarded(data: bytes, splice: Callable[[bytes], bytes] | None) -> list[bytes]:
+def _forwarded(data: bytes, splice: Callable[[bytes], bytes] | None) -> bytes:
     """What of `data` goes to the client: as it came, or spliced into the stream it continues."""
-    if data and splice is not None:
-        data = splice(data)
-    return [data] if data else []
+    return splice(data) if data and splice is not None else data
 
 
 def _broke(exchange: Exchange, meter: SseMeter, why: str, code: str) -> bytes:
