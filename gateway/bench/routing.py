@@ -6,8 +6,8 @@ shapes in phases and mixed, plus image requests and over-length prompts; or a tr
 routing_tracefile.py) is replayed through the gateway's ASGI app once per strategy and round
 (`--repeats`), each on a fresh fleet and a fresh gateway:
 
-    round_robin     blind rotation over the pool (no capability or context filter)
-    least_inflight  blind, fewest requests in flight
+    round_robin     blind rotation over the backends that can take the request (vision, context)
+    least_inflight  blind, of those the one with the fewest requests in flight
     static          the fleet's shipped policy
     adaptive        the same policy with `routing: adaptive`, starting with no samples
     oracle          the best fixed assignment of each request class to one backend, found by trying them
@@ -284,9 +284,10 @@ async def run_fleet(
     policy = settings_for_fleet(spec, {e.name: "http://127.0.0.1:1" for e in spec.engines}).policy
     with tempfile.TemporaryDirectory(prefix="bench-routing-") as tmp:
         workdir = Path(tmp)
+        capable = trace.capable(spec)
         strategies = [
-            Strategy("round_robin", RoundRobinRouter),
-            Strategy("least_inflight", LeastInflightRouter),
+            Strategy("round_robin", lambda: RoundRobinRouter(capable)),
+            Strategy("least_inflight", lambda: LeastInflightRouter(capable)),
         ]
         if policy is not None:
             strategies += [

@@ -95,6 +95,10 @@ class Trace:
     def requests(self) -> int:
         return trace_requests(self.phases)
 
+    def capable(self, spec: FleetSpec) -> dict[str, list[str]]:
+        """Class -> the engines that can take it (the blind strategies' pre-call check)."""
+        return {name: c.servable_by(spec) for name, c in self.classes.items()}
+
 
 # Seed 003's concurrencies per shape; the mixed phase halves the stress users so it stays a mix.
 TRACE: tuple[tuple[Stream, ...], ...] = (
@@ -325,27 +329,42 @@ def _profile(body: Mapping[str, Any], fallback: str) -> str:
 
 
 class RoundRobinRouter:
-    """Blind rotation over the pool: no capability, context or readiness filter."""
+    """Blind rotation over the backends that can take the request's class (`capable`: class -> engines,
+    the vision and context check every gateway makes before a call); the whole pool when none can."""
 
-    def __init__(self) -> None:
+    def __init__(self, capable: Mapping[str, Sequence[str]] | None = None) -> None:
         self._turn = itertools.count()
+        self.capable = dict(capable or {})
 
     def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
-        names = [b.name for b in backends]
+        names = [b.name for b in _able(self.capable, body, backends)]
         start = next(self._turn) % len(names)
         return Decision(_profile(body, "round_robin"), tuple(names[start:] + names[:start]))
 
 
 class LeastInflightRouter:
-    """Blind least-loaded: the backend with the fewest requests in flight (rotation breaks ties)."""
+    """Blind least-loaded: of the backends that can take the class, the one with the fewest requests in
+    flight (rotation breaks ties)."""
 
-    def __init__(self) -> None:
+    def __init__(self, capable: Mapping[str, Sequence[str]] | None = None) -> None:
         self._turn = itertools.count()
+        self.capable = dict(capable or {})
 
     def route(self, endpoint: str, body: dict[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
         turn = next(self._turn)
-        order = sorted(range(len(backends)), key=lambda i: (backends[i].inflight, (i - turn) % len(backends)))
-        return Decision(_profile(body, "least_inflight"), tuple(backends[i].name for i in order))
+        able = _able(self.capable, body, backends)
+        order = sorted(range(len(able)), key=lambda i: (able[i].inflight, (i - turn) % len(able)))
+        return Decision(_profile(body, "least_inflight"), tuple(able[i].name for i in order))
+
+
+def _able(
+    capable: Mapping[str, Sequence[str]], body: Mapping[str, Any], backends: Sequence[BackendSnapshot]
+) -> list[BackendSnapshot]:
+    """The backends that can take the body's class; all of them for a class none can take (it is refused
+    wherever it goes) or one the map does not know."""
+    names = capable.get(_profile(body, ""), ())
+    able = [b for b in backends if b.name in names]
+    return able or list(backends)
 
 
 class AssignmentRouter:

@@ -11,7 +11,13 @@ from tqdm import tqdm
 from gateway.bench.routing import Bench, fault_figures
 from gateway.bench.routing_oracles import find_oracle, find_split_oracle
 from gateway.bench.routing_report import StrategyResult, best_per_round, paired, share_of_best
-from gateway.bench.routing_trace import Outcome, SplitRouter, request_body
+from gateway.bench.routing_trace import (
+    LeastInflightRouter,
+    Outcome,
+    RoundRobinRouter,
+    SplitRouter,
+    request_body,
+)
 from gateway.bench.routing_tracefile import TraceError, load_trace
 from gateway.cli import main
 from gateway.records import BackendSnapshot
@@ -41,6 +47,23 @@ classes:
 phases:
   - [{class: short, users: 6, requests: 12}, {class: quoted, rate_per_s: 4, requests: 4}]
 """
+
+
+def test_blind_strategies_pick_only_among_backends_that_can_take_the_class() -> None:
+    capable = {"long": ["a", "c"], "nowhere": []}
+    busy = [
+        BackendSnapshot(name="a", inflight=3),
+        BackendSnapshot(name="b"),
+        BackendSnapshot(name="c", inflight=1),
+    ]
+    least = LeastInflightRouter(capable)
+    assert least.route("completions", {"user": "long"}, busy).ranked == ("c", "a")
+    # A class no backend can take, or one the map does not know, is routed over the whole pool.
+    assert least.route("completions", {"user": "nowhere"}, busy).ranked[0] == "b"
+    assert least.route("completions", {"user": "other"}, busy).ranked[0] == "b"
+    rotation = RoundRobinRouter(capable)
+    firsts = [rotation.route("completions", {"user": "long"}, BACKENDS).ranked[0] for _ in range(4)]
+    assert firsts == ["a", "c", "a", "c"]
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
