@@ -44,6 +44,9 @@ decode speed at a load is the engine's, whatever the prompt, so one already meas
 ranked blind (a TTFT or e2e objective depends on the profile's prompts, and waits for its own samples).
 It borrows only where that fit holds min_samples of the request's content (own_content): a speed learned
 on novel prose says nothing of a speculative engine on repetitive text, and would outrank the prior.
+Still short, a backend alone on its device is predicted with its best-measured peer's model at its own
+load (routing/peers.py): not measured is not slower, so it takes load as least-in-flight would until its
+own min_samples answers speak for it.
 
 Exploration (bounded, paced): while some eligible backend other than the predicted winner (its own traffic
 measures that one) has fewer than min_samples samples for the profile, a share epsilon of the profile's
@@ -111,6 +114,7 @@ from gateway.routing.pacing import (
     plan_refresh,
     stale_reason,
 )
+from gateway.routing.peers import Borrowed, borrowed_from_peers, carried_model, widest
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
 from gateway.routing.shared_device import (
@@ -251,6 +255,7 @@ class AdaptiveScorer:
             for b in backends
         }
         steady = steady_states(ctx, models, device, config)
+        borrowed = borrowed_from_peers(models, device, ctx.features.repetition, config.min_samples)
         predictions = [
             self._prediction(
                 ctx,
@@ -258,6 +263,8 @@ class AdaptiveScorer:
                 models[b.name],
                 charged(b.name, device[b.name], steady, ctx.adaptive.tolerance),
                 config,
+                borrowed.get(b.name),
+                widest(models, config.min_samples, but=b.name) if len(device[b.name]) == 1 else None,
             )
             for b in backends
         ]
@@ -418,12 +425,21 @@ class AdaptiveScorer:
         model: CellModel,
         device: Sequence[DeviceLoad],
         config: PredictConfig,
+        borrowed: Borrowed | None = None,
+        guide: CellModel | None = None,
     ) -> Prediction:
+        """`borrowed`: the peer's model stands for this backend's (routing/peers.py); `guide`: a model that
+        saw higher loads, along which this one is carried beyond the loads it measured."""
         hint = self.hints(backend.name) if self.hints is not None else None
         me = next(d for d in device if d.backend == backend.name)
+        used = model
+        if borrowed is not None:
+            used, device = borrowed.model, borrowed.alone(me)
+        if guide is not None:
+            used = carried_model(used, guide, backend.inflight + 1)
         prediction = predict_with_model(
             backend.name,
-            model,
+            used,
             inflight=backend.inflight,
             objective=ctx.profile.objective,
             max_output_tokens=ctx.features.max_output_tokens,
@@ -436,6 +452,8 @@ class AdaptiveScorer:
         )
         slowed = self.slowdowns.latest(backend.name)
         said = slowed.describe(model) if slowed is not None else None
+        if borrowed is not None:
+            said = borrowed.why(model.samples, config.min_samples)
         return prediction if said is None else replace(prediction, why=f"{prediction.why}; {said}")
 
     def _model(

@@ -35,12 +35,12 @@ def prose_samples(n: int = 10) -> list[Sample]:
     ]
 
 
-def router_with_plain_measured_on_prose() -> PolicyRouter:
+def router_with_plain_measured_on_prose(devices: dict[str, str] | None = None) -> PolicyRouter:
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for sample in prose_samples():  # p served prose under some other profile; s was never measured
         recorder.record("p", "warm-up", sample)
     policy = parse_policy(with_adaptive(POLICY, explore_epsilon=0))
-    return PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder))
+    return PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder, devices=devices))
 
 
 def test_a_fit_learned_on_prose_does_not_outrank_the_prior_for_repetitive_content() -> None:
@@ -51,8 +51,11 @@ def test_a_fit_learned_on_prose_does_not_outrank_the_prior_for_repetitive_conten
 
 
 def test_a_fit_learned_on_prose_still_speaks_for_prose() -> None:
-    router = router_with_plain_measured_on_prose()
+    # One device: s, not measured, is not assumed as fast as p (it would be on a device of its own).
+    router = router_with_plain_measured_on_prose({"s": "spark", "p": "spark"})
     pool = [BackendSnapshot("s"), BackendSnapshot("p")]
     # Decode speed is the engine's whatever the prompt, for the content it was measured on: p is predicted,
     # s is not, so p ranks first against the prior.
     assert router.route("completions", NOVEL, pool).ranked[0] == "p"
+    # Apart, s is taken to be as fast as p: a tie, which the prior decides.
+    assert router_with_plain_measured_on_prose().route("completions", NOVEL, pool).ranked[0] == "s"

@@ -100,7 +100,8 @@ SHARED = {"x": "spark", "y": "spark"}
 
 def test_exploration_waits_for_a_moment_when_it_slows_the_busy_engine_least() -> None:
     # Credit accrues at 0.5 per request, or 0.5 x 0.2 / (requests slowed) on a shared device.
-    assert first_exploration(14, 0, {})[:2] == [1, 3]  # separate devices: every second request
+    # Separate devices: y, assumed as fast as x until measured, takes every request while x is busier.
+    assert first_exploration(14, 0, {})[:5] == [0, 1, 2, 3, 4]
     assert first_exploration(0, 0, SHARED, history=False)[:2] == [1, 3]  # a quiet device: the same
     # Waking y next to x's 14 requests slows all 14: credit accrues at 0.5 x 0.2 / 14 per request, so it
     # would wait for the 140th. Deferred only up to the bound: a cell short of min_samples is due once
@@ -200,5 +201,5 @@ def test_a_busy_neighbour_gets_a_decode_probe_where_a_request_would_have_explore
     # y is due after 10 requests: five probes back to back, every request still going to x.
     assert probed(14) == [(i, "x", True) for i in (10, 11, 12, 13, 14)]
     assert probed(14, probes=False) == [(i, "y", False) for i in (10, 11, 12, 13, 14)]  # no prober
-    # On a device of its own, exploring y slows nobody: requests measure it, every second one.
-    assert probed(14, devices={}) == [(i, "y", False) for i in (1, 3, 5, 7, 9)]
+    # On a device of its own, y slows nobody: assumed as fast as the busy x, it takes the requests.
+    assert probed(14, devices={}) == [(i, "y", False) for i in range(40)]

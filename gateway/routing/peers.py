@@ -1,0 +1,101 @@
+"""A backend not yet measured, alone on its device, is assumed as fast as its best-measured peer.
+
+Pure on plain data. Without this, a backend short of `min_samples` has no prediction and ranks below
+every backend that has one, so until exploration has measured it, it takes only explorations: with
+engines on separate devices, the measured one piles up requests while the other sits idle, and blind
+least-in-flight, which splits load by accident, wins the first minutes of every new profile. The engines of
+a pool serve the same model; until a backend says otherwise, the expectation that does least harm is that
+it runs this profile like its peer at the load it would meet itself. Its own requests then measure it (a
+backend predicted fastest is not explored, its traffic is the measurement); the assumption stands only
+while its samples and its requests in flight number fewer than `min_samples`, so a wrong one costs at
+most that many requests, a burst included, before the backend's own cell takes over.
+
+Only a backend with its device to itself borrows: beside a busy neighbour, a request costs that neighbour
+contention the peer's fit never saw, and the shared-device rules (routing/shared_device.py) need the
+backend's own steady state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gateway.routing.cells import CellModel
+from gateway.routing.fitting import Fit
+from gateway.routing.harm import DeviceLoad
+
+
+@dataclass(frozen=True, slots=True)
+class Borrowed:
+    peer: str
+    model: CellModel  # the peer's model of this profile
+    engine: (
+        CellModel  # the peer's all-profile model: how a request slows the batch it joins (routing/harm.py)
+    )
+
+    def alone(self, me: DeviceLoad) -> list[DeviceLoad]:
+        """The backend's device (itself alone) as if it ran like the peer."""
+        return [replace(me, model=self.engine)]
+
+    def why(self, own_samples: int, min_samples: int) -> str:
+        return f"not measured yet ({own_samples} samples < {min_samples}): assumed as fast as {self.peer}"
+
+
+def borrowed_from_peers(
+    models: Mapping[str, CellModel],
+    device: Mapping[str, Sequence[DeviceLoad]],
+    repetition: float,
+    min_samples: int,
+) -> dict[str, Borrowed]:
+    """Per backend alone on its device and short of min_samples, counting its requests in flight (a burst
+    must not pile onto an assumption before its first answer), the model of the peer measured on the most
+    samples of this request's content (none measured: no entry)."""
+    measured = [
+        (model.samples, name)
+        for name, model in models.items()
+        if model.samples >= min_samples and model.measured_content(repetition, min_samples)
+    ]
+    if not measured:
+        return {}
+    _, peer = max(measured)
+    engine = next(d.model for d in device[peer] if d.backend == peer)
+    return {
+        name: Borrowed(peer, models[peer], engine)
+        for name, model in models.items()
+        if len(loads := device.get(name, ())) == 1 and model.samples + loads[0].inflight < min_samples
+    }
+
+
+def carried(fit: Fit | None, guide: Fit | None, concurrency: float) -> Fit | None:
+    """`fit` asked at a load beyond any it measured, carried there along `guide`'s relative growth per
+    sequence (at least its own): a fit measured at one load is flat, and would predict a batch of nine
+    as fast as one. Unchanged within its range, or when the guide saw no more load than it did."""
+    if fit is None or guide is None or concurrency <= fit.high_c or guide.high_c <= fit.high_c:
+        return fit
+    edge = fit.at(fit.high_c)
+    slope = max(fit.slope, edge * guide.slope / max(guide.at(fit.high_c), 1e-9))
+    return replace(fit, intercept=edge - slope * fit.high_c, slope=slope)
+
+
+def carried_model(model: CellModel, guide: CellModel, concurrency: float) -> CellModel:
+    """`model`'s TTFT and TPOT fits carried beyond their measured loads along `guide`'s (`carried`)."""
+    novel, repeated = model.tpot_by_content
+    return replace(
+        model,
+        ttft=carried(model.ttft, guide.ttft, concurrency),
+        tpot=carried(model.tpot, guide.tpot, concurrency),
+        tpot_by_content=(
+            carried(novel, guide.tpot, concurrency),
+            carried(repeated, guide.tpot, concurrency),
+        ),
+    )
+
+
+def widest(models: Mapping[str, CellModel], min_samples: int, but: str) -> CellModel | None:
+    """The measured model, other than `but`'s, whose TPOT fit saw the highest load."""
+    seen = [
+        (m.tpot.high_c, m.samples, name)
+        for name, m in models.items()
+        if name != but and m.samples >= min_samples and m.tpot is not None
+    ]
+    return models[max(seen)[2]] if seen else None
