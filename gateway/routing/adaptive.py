@@ -256,6 +256,7 @@ class AdaptiveScorer:
         }
         steady = steady_states(ctx, models, device, config)
         borrowed = borrowed_from_peers(models, device, ctx.features.repetition, config.min_samples)
+        guide = widest(models, config.min_samples)
         predictions = [
             self._prediction(
                 ctx,
@@ -264,7 +265,7 @@ class AdaptiveScorer:
                 charged(b.name, device[b.name], steady, ctx.adaptive.tolerance),
                 config,
                 borrowed.get(b.name),
-                widest(models, config.min_samples, but=b.name) if len(device[b.name]) == 1 else None,
+                guide if len(device[b.name]) == 1 else None,
             )
             for b in backends
         ]

@@ -29,9 +29,8 @@ from gateway.routing.harm import DeviceLoad
 class Borrowed:
     peer: str
     model: CellModel  # the peer's model of this profile
-    engine: (
-        CellModel  # the peer's all-profile model: how a request slows the batch it joins (routing/harm.py)
-    )
+    # The peer's all-profile model: how a request slows the batch it joins (routing/harm.py).
+    engine: CellModel
 
     def alone(self, me: DeviceLoad) -> list[DeviceLoad]:
         """The backend's device (itself alone) as if it ran like the peer."""
@@ -91,11 +90,12 @@ def carried_model(model: CellModel, guide: CellModel, concurrency: float) -> Cel
     )
 
 
-def widest(models: Mapping[str, CellModel], min_samples: int, but: str) -> CellModel | None:
-    """The measured model, other than `but`'s, whose TPOT fit saw the highest load."""
+def widest(models: Mapping[str, CellModel], min_samples: int) -> CellModel | None:
+    """The measured model whose TPOT fit saw the highest load: every backend's guide (`carried` leaves the
+    guide's own fits, and any that saw as much, unchanged)."""
     seen = [
         (m.tpot.high_c, m.samples, name)
         for name, m in models.items()
-        if name != but and m.samples >= min_samples and m.tpot is not None
+        if m.samples >= min_samples and m.tpot is not None
     ]
     return models[max(seen)[2]] if seen else None

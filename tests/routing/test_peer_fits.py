@@ -35,9 +35,9 @@ def test_within_its_range_or_beside_a_narrower_peer_a_fit_is_left_alone() -> Non
 
 def test_the_widest_measured_peer_guides_and_a_cell_short_of_samples_never_does() -> None:
     models = {"a": model(9, ONE_LOAD), "b": model(20, WIDE), "c": model(3, WIDE)}
-    assert widest(models, 5, but="a") is models["b"]
-    assert widest(models, 5, but="b") is models["a"]
-    assert widest({"a": models["a"]}, 5, but="a") is None
+    assert widest(models, 5) is models["b"]
+    assert widest({"a": models["a"], "c": models["c"]}, 5) is models["a"]
+    assert widest({"c": models["c"]}, 5) is None
 
 
 def test_only_a_backend_alone_on_its_device_borrows_and_only_while_short() -> None:
