@@ -38,15 +38,17 @@ its requests takes twice as long per answer). Scores are then normalised across 
 
 The prior is the policy's `prefer` order (the preference scorer's formula): with no predictions at all the
 scores *are* the prior, so a fresh gateway routes like the static policy and measurements take over cell by
-cell. `tolerance` keeps noise from flipping decisions: a 5 % gap moves the score by 0.15, not by 1. For a
-`tokens_per_second` profile a backend whose cell is still under min_samples borrows its all-profile fit:
-decode speed at a load is the engine's, whatever the prompt, so one already measured elsewhere is not
-ranked blind (a TTFT or e2e objective depends on the profile's prompts, and waits for its own samples).
-It borrows only where that fit holds min_samples of the request's content (own_content): a speed learned
-on novel prose says nothing of a speculative engine on repetitive text, and would outrank the prior.
-Still short, a backend alone on its device is predicted with its best-measured peer's model at its own
-load (routing/peers.py): not measured is not slower, so it takes load as least-in-flight would until its
-own min_samples answers speak for it.
+cell. An engine seen slower than its own fits by more than `tolerance` (routing/slowdown.py) is ranked after
+the others in the prior (verdict.demoted): the prefer order speaks of healthy engines, and a profile never
+measured would otherwise follow it onto a throttled one. `tolerance` keeps noise from flipping decisions: a
+5 % gap moves the score by 0.15, not by 1. For a `tokens_per_second` profile a backend whose cell is still
+under min_samples borrows its all-profile fit: decode speed at a load is the engine's, whatever the prompt,
+so one already measured elsewhere is not ranked blind (a TTFT or e2e objective depends on the profile's
+prompts, and waits for its own samples). It borrows only where that fit holds min_samples of the request's
+content (own_content): a speed learned on novel prose says nothing of a speculative engine on repetitive
+text, and would outrank the prior. Still short, a backend alone on its device is predicted with its
+best-measured peer's model at its own load (routing/peers.py): not measured is not slower, so it takes load
+as least-in-flight would until its own min_samples answers speak for it.
 
 Exploration (bounded, paced): while some eligible backend other than the predicted winner (its own traffic
 measures that one) has fewer than min_samples samples for the profile, a share epsilon of the profile's
@@ -128,7 +130,7 @@ from gateway.routing.shared_device import (
 )
 from gateway.routing.slowdown import scaled
 from gateway.routing.spill import capacity
-from gateway.routing.verdict import Verdict, verdict
+from gateway.routing.verdict import Verdict, demoted, verdict
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
@@ -270,7 +272,7 @@ class AdaptiveScorer:
             for b in backends
         ]
         errors = {name: cell.error_rate for name, cell in cells.items()}
-        prior = self._prior.score(ctx, backends)
+        prior = demoted(self._prior.score(ctx, backends), self._slowed(backends, ctx.adaptive.tolerance))
         held = holders(
             device,
             claims(ctx, models, device, steady, errors, config),
@@ -278,6 +280,11 @@ class AdaptiveScorer:
             margin=ctx.adaptive.tolerance * HOLD_MARGIN,
         )
         return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance, held=held)
+
+    def _slowed(self, backends: Sequence[BackendSnapshot], tolerance: float) -> set[str]:
+        """The backends whose engine runs slower than its fits by over `tolerance`, as of this decision."""
+        found = {b.name: self.slowdowns.latest(b.name) for b in backends}
+        return {name for name, s in found.items() if s is not None and s.live * s.shift > 1.0 + tolerance}
 
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over backends that serve only once back, without exploring them."""

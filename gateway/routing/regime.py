@@ -47,18 +47,26 @@ def current_regime(
     c_low, c_high = min(c for c, _, _ in older), max(c for c, _, _ in older)
     z_low, z_high = min(z for _, z, _ in older), max(z for _, z, _ in older)
 
-    def side(point: LoadPoint) -> int:
+    def side(point: LoadPoint) -> int | None:
+        """1 slower than the older fit, -1 faster, 0 on it; None at a load the older points never met."""
         c, z, y = point
         if not (c_low <= c <= c_high and z_low - SHARE_MARGIN <= z <= z_high + SHARE_MARGIN):
-            return 0
+            return None
         expected = max(before.intercept + before.slope * c + before.contention * z, before.floor)
         return 1 if y > factor * expected else -1 if y * factor < expected else 0
 
-    first = side(points[-1])
-    length = 1
-    while first != 0 and length < len(points) and side(points[-1 - length]) == first:
+    # Walk back from the newest point while the points differ the same way. One at a load never met says
+    # nothing either way: it neither ends the run (the one request explored at a lone load after a slow-down
+    # would hand the fit back to the old regime) nor counts toward it.
+    first, length, differing = 0, 0, 0
+    for point in reversed(points):
+        way = side(point)
+        if way is not None:
+            if way == 0 or first not in (0, way):
+                break
+            first, differing = way, differing + 1
         length += 1
-    if first == 0 or length < run:
+    if first == 0 or differing < run:
         return fit_load(points), 0
     return fit_load(points[-length:]), length * first
 

@@ -127,13 +127,14 @@ def claims(
 ) -> dict[str, float]:
     """Each steady state per successful request, for `holders`. One claimed beyond the loads its fits
     measured (a flat fit from a few requests would claim at sixteen what it did at one) is taken at the
-    highest load it measured and carried to the device's load along the holder's own fit: engines of one
-    device scale with their batch alike, and the holder has measured that load."""
+    highest load it measured and carried to the device's load along the holder's growth between those two
+    loads: engines of one device scale with their batch alike, and the holder has measured that load. The
+    holder's cell gives the growth when it measured loads as low as the claimant's, else the holder's
+    all-profile model; when neither did, nothing is claimed (no evidence that it beats the holder there)."""
 
-    def value_at(backend: str, inflight: int) -> float | None:
-        return effective_value(
-            _alone(ctx, backend, models[backend], inflight, config), errors.get(backend, 0.0)
-        )
+    def value_at(backend: str, inflight: int, model: CellModel | None = None) -> float | None:
+        used = models[backend] if model is None else model
+        return effective_value(_alone(ctx, backend, used, inflight, config), errors.get(backend, 0.0))
 
     claimed: dict[str, float] = {}
     for name, prediction in steady.items():
@@ -142,14 +143,28 @@ def claims(
         load = sum(d.inflight for d in members)  # as steady_states put it on each: c = load + 1
         reach = measured_reach(models[name])
         if holder != name and 1 <= reach <= load:
-            mine, low = value_at(name, int(reach) - 1), value_at(holder, int(reach) - 1)
-            high = value_at(holder, load)
+            engine = next(d.model for d in members if d.backend == holder)
+            guide = _growth_guide(models[holder], engine, reach)
+            if guide is None:
+                continue
+            mine = value_at(name, int(reach) - 1)
+            low, high = value_at(holder, int(reach) - 1, guide), value_at(holder, load, guide)
             if mine is not None and low and high is not None:
                 claimed[name] = mine * high / low
                 continue
         if (value := effective_value(prediction, errors.get(name, 0.0))) is not None:
             claimed[name] = value
     return claimed
+
+
+def _growth_guide(cell: CellModel, engine: CellModel, reach: float) -> CellModel | None:
+    """The holder's model whose fits measured loads down to `reach`: its cell's, else its all-profile one;
+    None when neither did (below its lowest measured load a fit is flat, which is no growth at all)."""
+    for model in (cell, engine):
+        floors = [fit.low_c for fit in (model.ttft, model.tpot) if fit is not None]
+        if floors and max(floors) <= reach:
+            return model
+    return None
 
 
 def measured_reach(model: CellModel) -> float:

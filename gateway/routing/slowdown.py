@@ -64,9 +64,12 @@ MIN_EVIDENCE = 5
 # spread of one engine's frame pace at a given load (a neighbour's prefill chunk lengthens a few steps,
 # not the median), and well inside the 2x and more a throttled or misconfigured engine shows.
 SLOWED = 1.5
-# A stream's pace is read once it has this many content frames (two gaps): its first gap is often the
-# prefill of a neighbour's request.
-MIN_FRAMES = 3
+PACE_CHANGE = 1.5
+# A stream's pace is read once it has this many content frames: twice the newest gaps its pace is taken
+# from (stats/progress.RECENT_GAPS), so they are clear of its first steps, which a burst arriving with it
+# lengthens by the prefill of every request behind it (read at three frames, a burst of 16 on a healthy
+# engine looked 3-5x slower than its fits).
+MIN_FRAMES = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +128,11 @@ def itl_points(samples: Sequence[Sample]) -> list[LoadPoint]:
 def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     """The decode pace of one cell's samples (oldest first)."""
     points = itl_points(samples)
-    fit, run = current_regime(points)
+    fit, run = current_regime(points, factor=PACE_CHANGE)
     if fit is None:
         return DecodePace()
     regime = points[-run:] if run > 0 else points
-    pace = _reaching(fit, points, regime_shift(points))
+    pace = _reaching(fit, points, regime_shift(points, factor=PACE_CHANGE))
     return replace(pace, newest=newest_ratios(regime, pace))
 
 
@@ -237,8 +240,9 @@ def live_ratios(
         paced = pace(r.profile)
         if r.recent_itl_s is not None and r.frames >= MIN_FRAMES:
             load = max(progress.inflight, r.concurrency)
-            fit = paced.fit if paced.covers(load, r.device_share) else None  # a load never measured: no fit
-            if fit is not None and (expected := expect(fit, load, r.device_share) * factor) > 0:
+            share = r.device_share if r.recent_share is None else r.recent_share  # what its gaps met
+            fit = paced.fit if paced.covers(load, share) else None  # a load never measured: no fit
+            if fit is not None and (expected := expect(fit, load, share) * factor) > 0:
                 ratios.append(r.recent_itl_s / expected)
             continue
         if r.first_content_s is not None or model.ttft is None:

@@ -88,6 +88,18 @@ def verdict(
     return Verdict(scores, tuple(predictions), dict(prior), None, why, values)
 
 
+def demoted(prior: Mapping[str, float], slowed: set[str]) -> dict[str, float]:
+    """The prior with every slowed backend ranked after the others (their order kept among themselves).
+
+    The prefer order is the operator's view of healthy engines: an engine seen running slower than its
+    own measurements (throttled, badly restarted) is not the one they meant to favour, and a profile it was
+    never measured on would otherwise follow the prior onto it."""
+    floor = min((v for name, v in prior.items() if name not in slowed), default=0.0)
+    if not slowed or floor <= 0:
+        return dict(prior)
+    return {name: v * floor / 2 if name in slowed else v for name, v in prior.items()}
+
+
 def _why(predictions: Sequence[Prediction], values: Mapping[str, float], gaps: Mapping[str, float]) -> str:
     ordered = sorted(values, key=lambda name: gaps[name])
     objective = predictions[0].objective

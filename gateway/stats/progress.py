@@ -13,7 +13,9 @@ The hot path pays a dict insertion and removal per attempt; the reading happens 
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -22,9 +24,13 @@ from gateway.records import InFlight, Progress
 # Requests of one backend handed to the router per view: the longest-running first. A batch of an engine
 # (16 to 32 sequences) fits, and the router's work per decision stays bounded whatever the load.
 MAX_VIEW = 32
-# The newest content gaps a stream's current pace is taken from: enough to average out one long step (a
-# neighbour's prefill chunk), recent enough to show a slow-down within a few seconds of it.
+# The newest content gaps a stream's current pace is taken from (their median: the steps that also ran a
+# neighbour's prefill chunk, at a burst's start or as the next requests of a closed loop arrive, are a few
+# among them), recent enough to show a slow-down within a few seconds of it.
 RECENT_GAPS = 16
+# Readings of the device-shared seconds kept per attempt, to tell the share of its newest gaps' span: one
+# is kept at most every quarter of that span, so eight reach back two spans.
+MARKS = 8
 
 Clock = Callable[[], float]
 
@@ -45,7 +51,7 @@ class Meter(Protocol):
 class Attempt:
     """One attempt in flight: where it went, when, at what load; its stream meter once it streams."""
 
-    __slots__ = ("backend", "profile", "concurrency", "stream", "sent", "shared_at", "meter")
+    __slots__ = ("backend", "profile", "concurrency", "stream", "sent", "shared_at", "meter", "marks")
 
     def __init__(
         self, backend: str, profile: str, concurrency: int, stream: bool, sent: float, shared_at: float
@@ -57,6 +63,9 @@ class Attempt:
         self.sent = sent  # perf_counter, the stream meter's clock
         self.shared_at = shared_at  # the backend's device-shared seconds when it was sent
         self.meter: Meter | None = None
+        # (clock, device-shared seconds) readings taken when viewed, oldest first: the share over any
+        # recent span is read between two of them.
+        self.marks: deque[tuple[float, float]] = deque([(sent, shared_at)], maxlen=MARKS)
 
 
 class ProgressBook:
@@ -94,12 +103,17 @@ class ProgressBook:
 
 def _record(attempt: Attempt, now: float, shared_now: float) -> InFlight:
     elapsed = max(0.0, now - attempt.sent)
-    share = min(1.0, max(0.0, (shared_now - attempt.shared_at) / elapsed)) if elapsed > 0 else 0.0
+    share = _share(attempt.sent, attempt.shared_at, now, shared_now)
     meter = attempt.meter
     first = meter.first_token_at if meter is not None else None
+    gaps = meter.itl[-RECENT_GAPS:] if meter is not None and first is not None else []
+    span = sum(gaps)
+    recent = _share(*_reading_before(attempt, now - span), now, shared_now) if gaps else None
+    # Readings spaced a quarter of the span the share is read over (of the life so far before content).
+    if now - attempt.marks[-1][0] >= (span if gaps else elapsed) / 4:
+        attempt.marks.append((now, shared_now))
     if meter is None or first is None:
         return InFlight(attempt.profile, attempt.concurrency, attempt.stream, elapsed, share)
-    gaps = meter.itl[-RECENT_GAPS:]
     return InFlight(
         attempt.profile,
         attempt.concurrency,
@@ -108,5 +122,22 @@ def _record(attempt: Attempt, now: float, shared_now: float) -> InFlight:
         share,
         first_content_s=max(0.0, first - attempt.sent),
         frames=meter.content_frames,
-        recent_itl_s=sum(gaps) / len(gaps) if gaps else None,
+        recent_itl_s=statistics.median(gaps) if gaps else None,
+        recent_share=recent,
     )
+
+
+def _reading_before(attempt: Attempt, start: float) -> tuple[float, float]:
+    """The newest (clock, device-shared seconds) reading at or before `start` (the oldest kept when none
+    reaches back so far)."""
+    found = attempt.marks[0]
+    for mark in attempt.marks:
+        if mark[0] > start:
+            break
+        found = mark
+    return found
+
+
+def _share(since: float, shared_since: float, now: float, shared_now: float) -> float:
+    elapsed = now - since
+    return min(1.0, max(0.0, (shared_now - shared_since) / elapsed)) if elapsed > 0 else 0.0

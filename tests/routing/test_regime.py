@@ -35,3 +35,12 @@ def test_the_current_regime_says_how_many_newest_points_left_the_older_fit() -> 
     fit, run = current_regime(steady + [(1.0, 0.0, 0.060)] * 7)
     assert run == 7 and fit is not None and fit.at(1.0) > 0.05
     assert current_regime(steady + [(1.0, 0.0, 0.005)] * 6)[1] == -6  # faster: a change the other way
+
+
+def test_a_point_at_a_load_never_measured_neither_ends_a_change_nor_makes_one() -> None:
+    steady = [(float(8 + i % 8), 0.0, 0.020 + 0.001 * (i % 8)) for i in range(40)]  # loads 8..15
+    slowed = [(float(8 + i % 8), 0.0, 0.060 + 0.003 * (i % 8)) for i in range(6)]  # 3x slower there
+    lone = (1.0, 0.0, 0.050)  # then one request alone: a load the older points never met
+    fit, run = current_regime(steady + slowed + [lone])
+    assert run == 7 and fit is not None and fit.at(8.0) > 0.05  # still the slow regime
+    assert current_regime(steady + slowed[:4] + [lone])[1] == 0  # four slow ones and a lone one: no change

@@ -42,3 +42,29 @@ def test_the_view_is_bounded_to_the_longest_running() -> None:
     view = book.view("x")
     assert view.inflight == MAX_VIEW + 10 and len(view.requests) == MAX_VIEW
     assert view.requests[0].concurrency == 1  # the oldest first
+
+
+def test_the_pace_is_the_median_of_the_newest_gaps_and_its_share_is_theirs() -> None:
+    now = [0.0]
+    shared = {"x": 0.0}
+    book = ProgressBook(clock=lambda: now[0])
+    book.shared_seconds = shared.__getitem__
+    attempt = book.started("x", "chat", concurrency=1, stream=True, shared_at=0.0)
+    meter = FakeMeter(first_token_at=1.0)
+    attempt.meter = meter
+    # Streaming alone for 20 s, 8 frames a second, viewed every second (each view notes the device-shared
+    # seconds)...
+    for second in range(2, 21):
+        now[0] = float(second)
+        meter.itl += [0.125] * 8
+        book.view("x")
+    # ...then a neighbour busy for the last 2 s: 2 of the 22 s of the whole request, all of its newest gaps.
+    now[0], shared["x"] = 22.0, 2.0
+    meter.itl += [0.125] * 12 + [0.5, 0.5]  # two steps stretched by the neighbour's prefill
+    meter.content_frames = len(meter.itl) + 1
+    seen = book.view("x").requests[0]
+    assert seen.recent_itl_s == 0.125  # the stretched steps are two among sixteen
+    assert seen.device_share == 2.0 / 22.0
+    # The newest gaps span 2.75 s: read from the reading at 19 s, the last one before their start, the
+    # neighbour was busy 2 of the last 3 s (the whole request's share would say 1 in 11).
+    assert seen.recent_share == 2.0 / 3.0
