@@ -175,6 +175,24 @@ def test_requests_stay_with_the_engine_holding_the_device_unless_another_beats_i
     assert (shared, apart) == ("y", "y") and "leaves its device" not in why
 
 
+def test_a_claim_is_not_carried_along_a_holder_that_never_measured_the_claimants_loads() -> None:
+    """x measured only at 9-16 in flight: below 9 its fit is flat, so carrying y's speed at 1-3 along it
+    would claim at x's load what y did alone. Nothing is claimed, and x keeps the device."""
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    alone = [replace(s, device_share=0.0) for s in samples(0.020)]
+    for sample in alone:
+        if sample.concurrency >= 9:
+            recorder.record("x", "default", sample)
+    for sample in alone[:3] * 2:
+        recorder.record("y", "default", replace(sample, e2e=0.1 + 255 * 0.010))
+    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
+    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+    loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
+    router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=SHARED))
+    why = router.explain("completions", body, loaded)["scoring"]["adaptive"]["why"]
+    assert router.route("completions", body, loaded).ranked[0] == "x" and "y leaves its device to x" in why
+
+
 def probed(
     x_inflight: int, probes: bool = True, devices: dict[str, str] = SHARED
 ) -> list[tuple[int, str, bool]]:
