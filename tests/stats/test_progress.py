@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.stats.progress import MAX_VIEW, ProgressBook
+from gateway.stats.progress import MAX_VIEW, Attempt, ProgressBook
 
 
 @dataclass
@@ -14,12 +14,17 @@ class FakeMeter:
     itl: list[float] = field(default_factory=list)
 
 
+def one_attempt(now: list[float], shared: dict[str, float], concurrency: int) -> tuple[ProgressBook, Attempt]:
+    """A book on the clock `now[0]` and device-shared seconds `shared`, with one stream sent to x."""
+    book = ProgressBook(clock=lambda: now[0])
+    book.shared_seconds = shared.__getitem__
+    return book, book.started("x", "chat", concurrency=concurrency, stream=True, shared_at=0.0)
+
+
 def test_a_request_is_seen_from_dispatch_to_its_end_with_what_its_stream_relayed() -> None:
     now = [100.0]
     shared = {"x": 0.0}
-    book = ProgressBook(clock=lambda: now[0])
-    book.shared_seconds = shared.__getitem__
-    attempt = book.started("x", "chat", concurrency=3, stream=True, shared_at=0.0)
+    book, attempt = one_attempt(now, shared, concurrency=3)
     now[0], shared["x"] = 102.0, 1.0  # a neighbour busy for one of the two seconds
     waiting = book.view("x")
     assert waiting.inflight == 1
@@ -47,9 +52,7 @@ def test_the_view_is_bounded_to_the_longest_running() -> None:
 def test_the_pace_is_the_median_of_the_newest_gaps_and_its_share_is_theirs() -> None:
     now = [0.0]
     shared = {"x": 0.0}
-    book = ProgressBook(clock=lambda: now[0])
-    book.shared_seconds = shared.__getitem__
-    attempt = book.started("x", "chat", concurrency=1, stream=True, shared_at=0.0)
+    book, attempt = one_attempt(now, shared, concurrency=1)
     meter = FakeMeter(first_token_at=1.0)
     attempt.meter = meter
     # Streaming alone for 20 s, 8 frames a second, viewed every second (each view notes the device-shared
