@@ -21,7 +21,7 @@ class InFlight:
     device_share: float = 0.0
     first_content_s: float | None = None  # dispatch -> first content; None: no content yet
     frames: int = 0  # content frames relayed so far
-    recent_itl_s: float | None = None  # mean gap between its newest content frames; None: fewer than two
+    recent_itl_s: float | None = None  # median gap between its newest content frames; None: fewer than two
     # Share of the span of those newest gaps during which another backend of its device was busy: what
     # they were served beside (None: no gaps yet). A neighbour busy only lately slows the newest gaps, not
     # the whole request's share; read against `device_share` they would look like a slow-down.

@@ -139,12 +139,12 @@ def claims(
     claimed: dict[str, float] = {}
     for name, prediction in steady.items():
         members = device[name]
-        holder = _holder(members).backend
+        holding = _holder(members)
+        holder = holding.backend
         load = sum(d.inflight for d in members)  # as steady_states put it on each: c = load + 1
         reach = measured_reach(models[name])
         if holder != name and 1 <= reach <= load:
-            engine = next(d.model for d in members if d.backend == holder)
-            guide = _growth_guide(models[holder], engine, reach)
+            guide = _growth_guide(models[holder], holding.model, reach)
             if guide is None:
                 continue
             mine = value_at(name, int(reach) - 1)

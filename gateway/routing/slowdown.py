@@ -64,6 +64,9 @@ MIN_EVIDENCE = 5
 # spread of one engine's frame pace at a given load (a neighbour's prefill chunk lengthens a few steps,
 # not the median), and well inside the 2x and more a throttled or misconfigured engine shows.
 SLOWED = 1.5
+# How far finished streams must leave their decode-pace fit for it to restart (regime.current_regime):
+# the live threshold, where the regime check of TTFT and TPOT uses 2x. A 2.5x throttled engine beside a
+# busy neighbour reads 1.6-1.8x (the neighbour's share of each step is not slowed with it).
 PACE_CHANGE = 1.5
 # A stream's pace is read once it has this many content frames: twice the newest gaps its pace is taken
 # from (stats/progress.RECENT_GAPS), so they are clear of its first steps, which a burst arriving with it
