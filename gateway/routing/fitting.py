@@ -61,45 +61,90 @@ def fit_load(points: Sequence[LoadPoint]) -> Fit | None:
     Normal equations on centred sums; a regressor that does not vary is left out, and one whose
     coefficient comes out negative is dropped and the other refitted alone.
     """
-    if not points:
-        return None
-    n = len(points)
-    # One pass of raw sums (the router refits a cell whenever it records a sample), centred afterwards.
-    sc = sz = sy = rcc = rzz = rcz = rcy = rzy = 0.0
-    low_c = floor = math.inf
-    high_c = -math.inf
+    sums = LoadSums()
     for c, z, y in points:
-        sc += c
-        sz += z
-        sy += y
-        rcc += c * c
-        rzz += z * z
-        rcz += c * z
-        rcy += c * y
-        rzy += z * y
-        if c < low_c:
-            low_c = c
-        if c > high_c:
-            high_c = c
-        if y < floor:
-            floor = y
-    mc, mz, my = sc / n, sz / n, sy / n
-    scc = _centred(rcc, n * mc * mc)
-    szz = _centred(rzz, n * mz * mz)
-    scz, scy, szy = rcz - n * mc * mz, rcy - n * mc * my, rzy - n * mz * my
-    b = g = 0.0
-    det = scc * szz - scz * scz
-    if scc > 0 and szz > 0 and det > COLLINEAR * scc * szz:
-        b, g = (szz * scy - scz * szy) / det, (scc * szy - scz * scy) / det
-        if b < 0:
-            b, g = 0.0, max(0.0, szy / szz)
-        elif g < 0:
-            b, g = max(0.0, scy / scc), 0.0
-    elif scc > 0:  # z constant, or z and c move together: c alone
-        b = max(0.0, scy / scc)
-    elif szz > 0:
-        g = max(0.0, szy / szz)
-    return Fit(my - b * mc - g * mz, b, low_c, floor, g, high_c)
+        sums.add(c, z, y)
+    return sums.fit()
+
+
+@dataclass(slots=True)
+class LoadSums:
+    """The raw sums fit_load solves, kept as points are added: a scan that fits every prefix of a run of
+    points (regime.regimes) pays one addition per point instead of a refit. Also the span the points met."""
+
+    n: int = 0
+    sc: float = 0.0
+    sz: float = 0.0
+    sy: float = 0.0
+    rcc: float = 0.0
+    rzz: float = 0.0
+    rcz: float = 0.0
+    rcy: float = 0.0
+    rzy: float = 0.0
+    low_c: float = math.inf
+    high_c: float = -math.inf
+    low_z: float = math.inf
+    high_z: float = -math.inf
+    floor: float = math.inf
+
+    def add(self, c: float, z: float, y: float) -> None:
+        self.n += 1
+        self.sc += c
+        self.sz += z
+        self.sy += y
+        self.rcc += c * c
+        self.rzz += z * z
+        self.rcz += c * z
+        self.rcy += c * y
+        self.rzy += z * y
+        if c < self.low_c:  # comparisons, not min/max: this runs per point of every refit
+            self.low_c = c
+        if c > self.high_c:
+            self.high_c = c
+        if z < self.low_z:
+            self.low_z = z
+        if z > self.high_z:
+            self.high_z = z
+        if y < self.floor:
+            self.floor = y
+
+    def covers(self, c: float, z: float, margin: float) -> bool:
+        """Whether the points met this concurrency, and this device share within `margin`."""
+        return self.low_c <= c <= self.high_c and self.low_z - margin <= z <= self.high_z + margin
+
+    def fit(self) -> Fit | None:
+        """The fit of the points added so far (fit_load's), None before the first."""
+        if not self.n:
+            return None
+        a, b, g = self.coefficients()
+        return Fit(a, b, self.low_c, self.floor, g, self.high_c)
+
+    def expected(self, c: float, z: float, coefficients: tuple[float, float, float]) -> float:
+        """The value at a load of the fit with these `coefficients()` (regime.expect of `fit()`, without
+        building it: a scan asks at every point)."""
+        a, b, g = coefficients
+        return max(a + b * max(c, self.low_c) + g * z, self.floor)
+
+    def coefficients(self) -> tuple[float, float, float]:
+        """(a, b, g) of the least-squares fit of the points added so far (at least one)."""
+        n = self.n
+        mc, mz, my = self.sc / n, self.sz / n, self.sy / n
+        scc = _centred(self.rcc, n * mc * mc)
+        szz = _centred(self.rzz, n * mz * mz)
+        scz, scy, szy = self.rcz - n * mc * mz, self.rcy - n * mc * my, self.rzy - n * mz * my
+        b = g = 0.0
+        det = scc * szz - scz * scz
+        if scc > 0 and szz > 0 and det > COLLINEAR * scc * szz:
+            b, g = (szz * scy - scz * szy) / det, (scc * szy - scz * scy) / det
+            if b < 0:
+                b, g = 0.0, max(0.0, szy / szz)
+            elif g < 0:
+                b, g = max(0.0, scy / scc), 0.0
+        elif scc > 0:  # z constant, or z and c move together: c alone
+            b = max(0.0, scy / scc)
+        elif szz > 0:
+            g = max(0.0, szy / szz)
+        return my - b * mc - g * mz, b, g
 
 
 def _centred(raw: float, mean_part: float) -> float:

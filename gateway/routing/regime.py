@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.routing.fitting import Fit, LoadPoint, fit_load
+from gateway.routing.fitting import Fit, LoadPoint, LoadSums, fit_load
 
 # The newest points that must all differ from the fit of the older ones: fewer could be a burst of noise,
 # and each one more is a request served at the old, wrong prediction.
@@ -41,26 +41,19 @@ def current_regime(
     simply not extrapolate that far), nor is noise on both sides.
     """
     older = points[:-run]
-    before = fit_load(older) if len(older) >= run else None
-    if before is None:
+    if len(older) < run:
         return fit_load(points), 0
-    c_low, c_high = min(c for c, _, _ in older), max(c for c, _, _ in older)
-    z_low, z_high = min(z for _, z, _ in older), max(z for _, z, _ in older)
-
-    def side(point: LoadPoint) -> int | None:
-        """1 slower than the older fit, -1 faster, 0 on it; None at a load the older points never met."""
-        c, z, y = point
-        if not (c_low <= c <= c_high and z_low - SHARE_MARGIN <= z <= z_high + SHARE_MARGIN):
-            return None
-        expected = max(before.intercept + before.slope * c + before.contention * z, before.floor)
-        return 1 if y > factor * expected else -1 if y * factor < expected else 0
+    met = LoadSums()
+    for point in older:
+        met.add(*point)
+    before = met.coefficients()
 
     # Walk back from the newest point while the points differ the same way. One at a load never met says
     # nothing either way: it neither ends the run (the one request explored at a lone load after a slow-down
     # would hand the fit back to the old regime) nor counts toward it.
     first, length, differing = 0, 0, 0
     for point in reversed(points):
-        way = side(point)
+        way = _side(point, met, before, factor)
         if way is not None:
             if way == 0 or first not in (0, way):
                 break
@@ -71,17 +64,75 @@ def current_regime(
     return fit_load(points[-length:]), length * first
 
 
-def regime_shift(points: Sequence[LoadPoint], run: int = CHANGE_RUN, factor: float = CHANGE_FACTOR) -> float:
-    """How much slower the engine's current regime is than the one before it (1.0: no slow-down seen): the
-    median of each trailing point over the older points' fit at its load. What a fit restarted from the
-    trailing points already holds, and a fit built before the change (another profile's cell) does not."""
-    length = current_regime(points, run, factor)[1]
-    if length <= 0:
+def regimes(
+    points: Sequence[LoadPoint], run: int = CHANGE_RUN, factor: float = CHANGE_FACTOR
+) -> list[tuple[int, int]]:
+    """Where each regime of the engine's behaviour begins in `points` (oldest first), and which way it moved:
+    (index, 1 slower / -1 faster); the first is (0, 0). The decode pace's regimes (slowdown.decode_pace).
+
+    Scanning forward, when `run` points in a row sit more than `factor` above the fit of the current
+    regime's points before them (or all below it by as much), at loads that regime covered, a new regime
+    begins at the first of them: `current_regime`'s test, with one difference. A regime holds until a run
+    goes the other way: an answer that fits the old behaviour (a lone request beside a busy neighbour,
+    whose contention the old fit explains) is noise in the new regime, where the trailing run it breaks
+    would hand the fit back to the old regime, and the traffic that had left a throttled engine would come
+    back to it in a wave. Only for decode pace: a frame gap is the engine's step, whatever the prompt,
+    where TTFT turns on the prompt's length and cache hits, which a run of long prompts would make a
+    regime that holds.
+    """
+    found = [(0, 0)]
+    sums = LoadSums()
+    for i, point in enumerate(points):
+        if sums.n >= run and (way := _change_at(points, i, sums, run, factor)):
+            found.append((i, way))
+            sums = LoadSums()
+        sums.add(*point)
+    return found
+
+
+def _change_at(points: Sequence[LoadPoint], i: int, before: LoadSums, run: int, factor: float) -> int:
+    """1 (slower) or -1 (faster) when points[i:] open with `run` points differing that way from `before`'s
+    fit, else 0. One at a load `before` never met says nothing either way: it neither ends the run (the one
+    request explored at a lone load after a slow-down) nor counts toward it."""
+    fit = before.coefficients()
+    first = _side(points[i], before, fit, factor)
+    if not first:  # most points: on the fit, or at a load never met
+        return 0
+    differing = 0
+    for point in points[i:]:
+        way = _side(point, before, fit, factor)
+        if way is None:
+            continue
+        if way != first:
+            return 0
+        differing += 1
+        if differing >= run:
+            return first
+    return 0
+
+
+def _side(point: LoadPoint, met: LoadSums, fit: tuple[float, float, float], factor: float) -> int | None:
+    """1 slower than `met`'s fit (its coefficients) by over `factor`, -1 faster, 0 on it; None at a load
+    its points never met."""
+    c, z, y = point
+    if not met.covers(c, z, SHARE_MARGIN):
+        return None
+    expected = met.expected(c, z, fit)
+    return 1 if y > factor * expected else -1 if y * factor < expected else 0
+
+
+def regime_shift(points: Sequence[LoadPoint], found: Sequence[tuple[int, int]]) -> float:
+    """How much slower the engine's current regime is than the one before it (1.0: no slow-down seen), from
+    the `regimes` found in `points`: the median of each of its points over the previous regime's fit at its
+    load. What a fit restarted from the current regime's points already holds, and a fit built before the
+    change (another profile's cell) does not."""
+    start, way = found[-1]
+    if way <= 0:
         return 1.0
-    before = fit_load(points[:-length])
+    before = fit_load(points[found[-2][0] : start])
     if before is None:
         return 1.0
-    ratios = sorted(y / expected for c, z, y in points[-length:] if (expected := expect(before, c, z)) > 0)
+    ratios = sorted(y / expected for c, z, y in points[start:] if (expected := expect(before, c, z)) > 0)
     return max(1.0, ratios[len(ratios) // 2]) if ratios else 1.0
 
 

@@ -56,7 +56,7 @@ from itertools import zip_longest
 from gateway.records import Progress, Sample
 from gateway.routing.cells import CellModel
 from gateway.routing.fitting import Fit, LoadPoint, fit_load
-from gateway.routing.regime import CHANGE_RUN, SHARE_MARGIN, current_regime, expect, regime_shift
+from gateway.routing.regime import CHANGE_RUN, SHARE_MARGIN, expect, regime_shift, regimes
 
 # Ratios the live factor needs: fewer could be one odd request and its neighbours' noise.
 MIN_EVIDENCE = 5
@@ -131,11 +131,13 @@ def itl_points(samples: Sequence[Sample]) -> list[LoadPoint]:
 def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     """The decode pace of one cell's samples (oldest first)."""
     points = itl_points(samples)
-    fit, run = current_regime(points, factor=PACE_CHANGE)
+    found = regimes(points, factor=PACE_CHANGE)
+    start = found[-1][0]
+    regime = points[start:]
+    fit = fit_load(regime)
     if fit is None:
         return DecodePace()
-    regime = points[-run:] if run > 0 else points
-    pace = _reaching(fit, points, regime_shift(points, factor=PACE_CHANGE))
+    pace = _reaching(fit, points, regime_shift(points, found))
     return replace(pace, newest=newest_ratios(regime, pace))
 
 

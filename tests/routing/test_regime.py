@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.routing.fitting import fit_load
-from gateway.routing.regime import current_regime, fit_current
+from gateway.routing.regime import current_regime, fit_current, regimes
 
 
 def test_a_fit_restarts_when_the_newest_points_all_differ_from_the_rest() -> None:
@@ -44,3 +44,17 @@ def test_a_point_at_a_load_never_measured_neither_ends_a_change_nor_makes_one() 
     fit, run = current_regime(steady + slowed + [lone])
     assert run == 7 and fit is not None and fit.at(8.0) > 0.05  # still the slow regime
     assert current_regime(steady + slowed[:4] + [lone])[1] == 0  # four slow ones and a lone one: no change
+
+
+def load_points(n: int, slower: float = 1.0) -> list[tuple[float, float, float]]:
+    """n points at loads 1..4, each `slower` times an engine's steady value there."""
+    return [(float(1 + i % 4), 0.0, slower * (0.020 + 0.002 * (i % 4))) for i in range(n)]
+
+
+def test_a_pace_regime_holds_through_an_answer_that_fits_the_old_one_until_a_run_goes_back() -> None:
+    slowed = load_points(40) + load_points(6, slower=2.5)
+    lucky = [(1.0, 0.0, 0.021)]  # one answer as fast as before the change: noise in the new regime
+    assert regimes(slowed + lucky + load_points(2, slower=2.5))[-1] == (40, 1)
+    assert current_regime(slowed + lucky + load_points(2, slower=2.5))[1] == 0  # a trailing run: broken
+    assert regimes(slowed + load_points(5))[-1] == (46, -1)  # five answers back at the old speed: recovered
+    assert regimes(load_points(40) + load_points(4, slower=2.5) + load_points(8)) == [(0, 0)]  # no run of 5

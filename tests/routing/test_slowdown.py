@@ -143,3 +143,10 @@ def test_answers_half_again_slower_restart_the_pace() -> None:
     assert 1.5 < moved.shift < 1.9
     assert found(samples, [], at=0.0, before=None).live == 1.0  # the fit holds it: not counted again
     assert decode_pace(samples[:16] + stream_samples(0.020 * 1.3, n=5)).shift == 1.0
+
+
+def test_one_stream_at_the_old_pace_does_not_undo_a_restarted_pace() -> None:
+    # A lone request beside a busy neighbour reads near the old fit (the neighbour's share of each step is
+    # not slowed): it is noise in the slowed regime, and five slow streams before it still say 2.5x.
+    slowed = stream_samples(0.020, n=16) + stream_samples(0.020 * 2.5, n=5)
+    assert decode_pace(slowed + stream_samples(0.020, n=1)).shift > 2.0
