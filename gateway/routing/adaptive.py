@@ -362,10 +362,8 @@ class AdaptiveScorer:
             if slowed is not None and slowed.live > 1.0 + knobs.tolerance and slowed.slow:
                 changed[name] = max(changed.get(name, 0), slowed.slow)
         stale: dict[str, tuple[Age, str]] = {}
-        since = at - self.windows.max_age_s
         for name, count in counts.items():
-            sent = self.ledger.explorations(name, profile, since, probes=False)
-            if cells[name].count < sent >= knobs.min_samples:  # its estimate's requests are under way
+            if cells[name].count < count >= knobs.min_samples:  # its estimate's requests are under way
                 continue
             measured = count >= knobs.min_samples
             age = self.ledger.age(name, profile, at, 1 if measured else knobs.min_samples)

@@ -126,8 +126,7 @@ class ExplorationLedger:
     def __init__(self, max_cells: int) -> None:
         self.max_cells = max_cells
         self._credit: dict[str, float] = {}  # profile -> exploration credit
-        # (backend, profile) -> when explorations went, and whether each was a probe
-        self._sent: dict[tuple[str, str], deque[tuple[float, bool]]] = {}
+        self._sent: dict[tuple[str, str], deque[float]] = {}  # (backend, profile) -> when explorations went
         self._booked: dict[str, tuple[int, float]] = {}  # profile -> (requests booked, when the first was)
         # (backend, profile) -> its newest sends, each as (requests of the profile booked with it, when)
         self._routed: dict[tuple[str, str], deque[tuple[int, float]]] = {}
@@ -144,12 +143,10 @@ class ExplorationLedger:
         index, at = sends[-nth] if sends is not None and len(sends) >= nth else (0, started)
         return Age(booked - index, now - at)
 
-    def explorations(self, backend: str, profile: str, since: float, probes: bool = True) -> int:
-        """Explorations of the cell sent at or after `since` (the start of the window); without `probes`,
-        only the requests sent to it (a probe's sample joins the backend's all-profile fit, never the
-        cell: the cell's own count never catches up with it)."""
+    def explorations(self, backend: str, profile: str, since: float) -> int:
+        """Explorations of the cell sent at or after `since` (the start of the window)."""
         sent = self._sent.get((backend, profile))
-        return 0 if not sent else sum(1 for at, probe in sent if at >= since and (probes or not probe))
+        return 0 if not sent else sum(1 for at in sent if at >= since)
 
     def book(self, plan: ExplorationPlan, backend: str, now: float, since: float) -> None:
         """Apply `plan` for a request just sent to `backend` at `now`: its credit accrues; it spends one
@@ -163,7 +160,7 @@ class ExplorationLedger:
         credit = self._credit.get(plan.profile, 0.0) + plan.accrued
         if plan.backend is not None and (plan.backend == backend or plan.probe):
             credit -= 1.0
-            self._remember(plan.backend, plan.profile, now, since, plan.probe)
+            self._remember(plan.backend, plan.profile, now, since)
             if plan.probe:  # measured now, though the request went elsewhere: the cell's age restarts
                 booked, _ = self._booked[plan.profile]
                 self._send(plan.backend, plan.profile, booked, now)
@@ -186,16 +183,16 @@ class ExplorationLedger:
             sends = self._routed[key] = deque(maxlen=KEPT_SENDS)
         sends.append((index, now))
 
-    def _remember(self, backend: str, profile: str, now: float, since: float, probe: bool) -> None:
+    def _remember(self, backend: str, profile: str, now: float, since: float) -> None:
         key = (backend, profile)
         sent = self._sent.get(key)
         if sent is None:
             if len(self._sent) >= self.max_cells:
                 del self._sent[next(iter(self._sent))]
             sent = self._sent[key] = deque()
-        while sent and sent[0][0] < since:
+        while sent and sent[0] < since:
             sent.popleft()
-        sent.append((now, probe))
+        sent.append(now)
 
 
 def exploration_unit(

@@ -194,7 +194,7 @@ def test_a_claim_is_not_carried_along_a_holder_that_never_measured_the_claimants
 
 
 def probed(
-    x_inflight: int, probes: bool = True, devices: dict[str, str] = SHARED, requests: int = 40
+    x_inflight: int, probes: bool = True, devices: dict[str, str] = SHARED
 ) -> list[tuple[int, str, bool]]:
     """(request, where it went, whether it probed y) for each request that measured y, as in
     first_exploration (x measured and busy, y never answered, epsilon 0.5)."""
@@ -206,7 +206,7 @@ def probed(
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
     pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
     measured = []
-    for i in range(requests):
+    for i in range(40):
         decision = router.route("completions", body, pool)
         plan = decision.exploration
         went = sent(router, decision)
@@ -221,10 +221,3 @@ def test_a_busy_neighbour_gets_a_decode_probe_where_a_request_would_have_explore
     assert probed(14, probes=False) == [(i, "y", False) for i in (10, 11, 12, 13, 14)]  # no prober
     # On a device of its own, y slows nobody: assumed as fast as the busy x, it takes the requests.
     assert probed(14, devices={}) == [(i, "y", False) for i in range(40)]
-
-
-def test_a_probed_estimate_ages_like_any_other_and_is_probed_again_past_its_bound() -> None:
-    # A probe's sample joins y's all-profile fit, never its cell, so the cell's count never catches up
-    # with the probes: read as an estimate still under way, y went unmeasured for the whole window. Now
-    # it is due again 40 requests (refresh_requests) after the newest probe.
-    assert [i for i, _, probe in probed(14, requests=100) if probe] == [10, 11, 12, 13, 14, 55, 96]
