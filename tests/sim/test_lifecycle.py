@@ -82,7 +82,10 @@ async def test_slowdown_control_stretches_simulated_decode_time(
     twin: FleetFactory, http: aiohttp.ClientSession
 ) -> None:
     async with twin(engine_spec("fast"), engine_spec("slow")) as fleet:
-        fleet.engine("slow").set_slowdown(4.0)
+        # Steps stretched well past the event loop's own overhead per step (at x200 a healthy step is
+        # tens of microseconds of real time, and a busy machine's lateness adds as much to both engines):
+        # with a 4x slow-down a loaded run read 1.5x; tests/sim/test_model.py checks the factor itself.
+        fleet.engine("slow").set_slowdown(40.0)
         for name in fleet.names:
             async with http.post(
                 fleet.url(name) + "/v1/completions", json={"prompt": "go", "max_tokens": 40}
@@ -90,4 +93,4 @@ async def test_slowdown_control_stretches_simulated_decode_time(
                 assert resp.status == 200
         fast = fleet.engine("fast").observed.itl
         slow = fleet.engine("slow").observed.itl
-    assert slow.sum / slow.count > 2.5 * fast.sum / fast.count
+    assert slow.sum / slow.count > 4 * fast.sum / fast.count
