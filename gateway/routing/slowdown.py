@@ -43,9 +43,10 @@ hold, the newest finished streams (by then served slow) speak again.
 What the fits already hold is not counted again: once CHANGE_RUN finished streams of a profile left its
 decode fit, the fit restarts from them (that profile's live ratios fall back to 1) and the cell's `shift`
 says by how much it moved. That regime holds until a run of streams goes the other way (regime.regimes):
-one stream at the old pace (a lone request beside a busy neighbour) does not hand the fit back. The backend's largest shift scales every cell whose own fit has not changed
-regime (it predates the change), so one profile's evidence moves them all; a cell that changed is not
-scaled again. A backend's predictions for every profile are multiplied by `for_cell` of their cell.
+one stream at the old pace (a lone request beside a busy neighbour) does not hand the fit back. The backend's
+largest shift scales every cell whose own fit has not changed regime (it predates the change), so one
+profile's evidence moves them all; a cell that changed is not scaled again. A backend's predictions for
+every profile are multiplied by `for_cell` of their cell.
 """
 
 from __future__ import annotations
