@@ -46,8 +46,6 @@ class Read:
     """What the client read: the backend it began on, the text before and after the interruption."""
 
     first: str = ""
-    text: str = ""
-    before: str = ""
     pieces: list[str] = field(default_factory=list)  # the content of each chunk read, in order
     pieces_before: int = 0  # how many of them were read before the interruption
     ids: set[str] = field(default_factory=set)
@@ -55,6 +53,14 @@ class Read:
     usage: CompletionUsage | None = None
     finish: str | None = None
     elapsed_s: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    @property
+    def before(self) -> str:
+        return "".join(self.pieces[: self.pieces_before])
 
     def summary(self, after: int, other: str) -> str:
         return (
@@ -78,11 +84,10 @@ def read_interrupted(
         for choice in chunk.choices:
             if choice.delta.content:
                 read.pieces.append(choice.delta.content)
-                read.text += choice.delta.content
             read.finish = choice.finish_reason or read.finish
         if read.chunks == after:
             interrupt(read.first)
-            read.before, read.pieces_before = read.text, len(read.pieces)
+            read.pieces_before = len(read.pieces)
     read.elapsed_s = time.monotonic() - started
     return read
 
@@ -110,12 +115,12 @@ def continues_into(read: Read, cut: int, pieces: Iterator[str]) -> bool:
     """Whether the first `cut` pieces read, followed by `pieces`, begin with exactly the text read (the
     continuation asks for more tokens than are left, and a speculative engine's frames hold several, so
     it may run past the end; it stops at the first piece that departs from the text)."""
-    text = "".join(read.pieces[:cut])
+    whole, text = read.text, "".join(read.pieces[:cut])
     for piece in pieces:
         text += piece
-        if len(text) >= len(read.text):
-            return text.startswith(read.text)
-        if not read.text.startswith(text):
+        if len(text) >= len(whole):
+            return text.startswith(whole)
+        if not whole.startswith(text):
             return False
     return False
 
