@@ -1,5 +1,6 @@
 """A backend not yet measured, alone on its device, is assumed as fast as its measured peer: it takes load
-as least-in-flight would, and its own samples take over once it has min_samples (routing/peers.py)."""
+as least-in-flight would, a burst included, and its own samples take over once it has min_samples
+answers (routing/peers.py)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ def test_an_unmeasured_backend_of_its_own_device_takes_the_request_when_its_peer
     assert first(apart, x_inflight=3) == "y"
     assert first(apart, x_inflight=3, y_inflight=4) == "x"  # as fast, and busier: the peer
     assert first(apart, x_inflight=8, y_inflight=4) == "y"
-    # Five requests sent on the assumption and none answered: no more until answers speak for y.
-    assert first(apart, x_inflight=8, y_inflight=5) == "x"
+    # Five requests sent on the assumption and none answered yet: a burst still splits as least-in-flight
+    # would, never more onto y than onto x.
+    assert first(apart, x_inflight=8, y_inflight=5) == "y"
+    assert first(apart, x_inflight=8, y_inflight=8) == "x"
     assert first(apart, x_inflight=0) == "x"  # a tie: the policy's prefer order
     y = next(
         p

@@ -41,13 +41,20 @@ def test_the_widest_measured_peer_guides_and_a_cell_short_of_samples_never_does(
 
 
 def test_only_a_backend_alone_on_its_device_borrows_and_only_while_short() -> None:
-    models = {"x": model(30, WIDE), "y": model(0, None), "z": model(0, None), "w": model(2, None)}
+    models = {
+        "x": model(30, WIDE),
+        "y": model(0, None),
+        "z": model(0, None),
+        "w": model(2, None),
+        "u": model(5, None),
+    }
     device = {
         "x": [DeviceLoad("x", 3, False, models["x"])],
         "y": [DeviceLoad("y", 0, False, models["y"])],
         "z": [DeviceLoad("z", 0, False, models["z"]), DeviceLoad("v", 2, False, models["z"])],
-        "w": [DeviceLoad("w", 3, False, models["w"])],  # 2 samples + 3 in flight: min_samples reached
+        "w": [DeviceLoad("w", 3, False, models["w"])],  # 2 answers, 3 in flight: still short of answers
+        "u": [DeviceLoad("u", 0, False, models["u"])],  # 5 answers: its own cell speaks
     }
     borrowed = borrowed_from_peers(models, device, 0.0, 5)
-    assert set(borrowed) == {"y"} and borrowed["y"].peer == "x"
+    assert set(borrowed) == {"y", "w"} and borrowed["y"].peer == "x"
     assert borrowed_from_peers({"y": models["y"]}, device, 0.0, 5) == {}  # no peer measured
