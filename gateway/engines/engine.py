@@ -48,6 +48,7 @@ class Engine:
     cold_starts: deque[float] = field(default_factory=lambda: deque(maxlen=COLD_STARTS_KEPT))
     demand: Demand = field(default_factory=Demand)
     op: asyncio.Task[bool] | None = None  # the start or stop under way
+    ops: int = 0  # starts and stops the gateway began: a container listing asked before one is stale
     wanted: bool = False  # a request came for it while it was stopping: started again once stopped
     # The requests waiting for its start (counted while starting): how many, and their arrival times'
     # sum, so their waiting so far is `asked * now - asked_at_sum`.

@@ -44,6 +44,7 @@ class ContainerFollower:
     async def sync(self) -> None:
         """Bring the engines in line with the containers as the Docker API lists them."""
         found = {}
+        asked = {name: engine.ops for name, engine in self.engines.items()}
         for container in await asyncio.to_thread(self._api().labelled):
             read = labels.read(container.labels)
             if isinstance(read, str):
@@ -54,17 +55,22 @@ class ContainerFollower:
             found[read.name] = (container, read)
         for name, (container, read) in found.items():
             engine = self.engines.get(name) or self._register(discovered_engine(read))
-            await self._follow(engine, container.id, container.running)
+            await self._follow(engine, container.id, container.running, asked.get(name, engine.ops))
         for engine in list(self.engines.values()):
-            gone = engine.name not in found and await self._follow(engine, None, False)
+            listed_ops = asked.get(engine.name, engine.ops)
+            gone = engine.name not in found and await self._follow(engine, None, False, listed_ops)
             if gone and engine.spec is None and self.registry.remove_backend(engine.name):
                 del self.engines[engine.name]
                 log.info("engine %s is gone (container removed)", engine.name)
 
-    async def _follow(self, engine: Engine, container_id: str | None, running: bool) -> bool:
+    async def _follow(self, engine: Engine, container_id: str | None, running: bool, listed_ops: int) -> bool:
         """Take in what the listing says of the engine's container; False while the gateway's own
-        start or stop of it is under way (that one says what it is: the listing may predate it)."""
+        start or stop of it is under way, or when one began after the listing was asked (that one says
+        what it is: the listing may predate it, and would call a container just started exited)."""
         if engine.op is not None and not engine.op.done():
+            return False
+        if engine.ops != listed_ops:
+            self.dirty.set()  # list again: a listing asked from now on sees what that start or stop did
             return False
         engine.container_id = container_id
         if running and engine.phase is Phase.STOPPED:

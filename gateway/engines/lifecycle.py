@@ -178,6 +178,7 @@ class Lifecycle:
 
 
 def _task(engine: Engine, operation: Coroutine[Any, Any, bool], name: str) -> asyncio.Task[bool]:
+    engine.ops += 1
     engine.op = asyncio.get_running_loop().create_task(operation, name=name)
     return engine.op
 

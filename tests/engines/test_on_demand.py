@@ -177,3 +177,47 @@ async def test_a_docker_api_down_at_start_leaves_the_gateway_up_and_is_listed_ag
         await asyncio.wait_for(listed.wait(), 5)  # retried within seconds, not resync_s (30 s)
     finally:
         await manager.stop()
+
+
+class StaleListingApi(FakeApi):
+    """While `hold` is set, a listing is taken at once and handed back only when `release` is set: what
+    a slow Docker API does when a start lands between the two."""
+
+    def __init__(self, url: str | None) -> None:
+        super().__init__(url)
+        self.hold = threading.Event()
+        self.taken = threading.Event()
+        self.release = threading.Event()
+
+    def labelled(self) -> list[Container]:
+        listing = super().labelled()
+        if self.hold.is_set():
+            self.taken.set()
+            self.release.wait(10)
+        return listing
+
+
+async def test_a_listing_asked_before_a_start_does_not_call_the_started_engine_exited() -> None:
+    settings = _settings()
+    registry = Registry(settings)
+    manager = EngineManager(settings, registry, Prober(registry, settings.probe, _never), api=StaleListingApi)  # type: ignore[arg-type]
+    await manager.start()
+    api = manager.api
+    assert isinstance(api, StaleListingApi)
+    try:
+        api.hold.set()
+        listing = asyncio.create_task(manager.follower.sync())
+        await asyncio.to_thread(api.taken.wait, 10)  # it lists no container of e
+        api.hold.clear()
+        assert await manager.request_start("e")
+        assert registry.backends["e"].status is Status.STARTING
+        api.release.set()
+        await listing
+        assert str(manager.engines["e"].phase) == "starting"  # not "stopped (exited)"
+        assert registry.backends["e"].status is Status.STARTING  # still worth waiting for
+        assert not manager.stops
+        await manager.follower.sync()  # a listing asked after the start sees its container
+        assert manager.engines["e"].container_id == "id-e"
+    finally:
+        api.release.set()
+        await manager.stop()
