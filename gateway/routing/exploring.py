@@ -1,0 +1,184 @@
+"""What one adaptive decision explores, planned from the verdict and what the router has booked so far:
+a due refresh first, else the paced exploration of the least measured backend, and whether a decode
+probe measures it instead. Nothing here changes state: the result is a plan that `AdaptiveScorer.book`
+applies once the request is sent (pacing.ExplorationLedger.book).
+
+Exploration (bounded, paced): while some eligible backend other than the predicted winner (its own traffic
+measures that one) has fewer than min_samples samples for the profile, a share epsilon of the profile's
+requests goes, evenly spaced, to the least measured of them (pacing.plan_exploration: a credit of epsilon
+per request, spent at 1; no random draw, so a cell is measured within min_samples / epsilon requests and
+decisions replay exactly). A cell counts as max(its samples, the explorations sent to it within the window):
+requests still in flight count, so a burst of arrivals cannot explore more than min_samples times before the
+first answer is recorded. The total cost is at most min_samples requests per backend x profile per window.
+On a shared device an exploration slows the other engines' requests: as many as they run, counted as the
+larger of their in-flight requests now and the mean load their newest requests met (an engine between two
+requests of a steady stream is not idle), times the share of the exploration that keeps its engine busy
+beyond the n requests it already runs (1 / (n + 1)). Credit then accrues at only `contended_share` / that
+count of the usual rate, so the slow-down exploring causes per request does not grow with the neighbour's
+load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
+happens if none comes. Where it would go to an engine beside a busy one, for a `tokens_per_second` profile
+and novel content, and the cell borrows the engine's fit (under min_samples), a decode probe measures it
+instead (`probe_instead`; proxy/decode_probe.py): the plan says so, the request goes to the winner. An idle
+backend on a device of its own, while the winner is busy, slows nobody and joins no queue when explored
+(shared_device.spreads): its credit accrues at MAX_EPSILON, so the same min_samples requests are spent
+sooner and the prior rules for fewer requests.
+
+Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
+profile is too old is due (`stale_cells`): a measured cell after `refresh_requests` requests of the profile
+(or `refresh_s` seconds) since its newest send, a cell short of min_samples after min_samples / epsilon
+since its min_samples-th newest (pacing.blind_bound), and any cell measured before another backend of the
+profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). A due cell is
+explored at MAX_EPSILON whatever the contention, back to back beside a busy engine (pacing.plan_refresh),
+the stalest first. A repetitive request explores the "<profile> (repetitive)" unit, counted by its
+repetitive samples (pacing.exploration_unit), so a speculative engine's decode speed is learned for both
+kinds of content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gateway.policy.schema import Adaptive
+from gateway.records import ExplorationPlan
+from gateway.routing.cells import CellView, repetitive
+from gateway.routing.context import RouteContext
+from gateway.routing.engine_slowdowns import EngineSlowdowns
+from gateway.routing.harm import DeviceLoad
+from gateway.routing.pacing import (
+    MAX_EPSILON,
+    Age,
+    Exploration,
+    ExplorationLedger,
+    blind_bound,
+    plan_exploration,
+    plan_refresh,
+    stale_reason,
+)
+from gateway.routing.shared_device import contended, spreads
+from gateway.routing.verdict import Verdict
+
+Planned = tuple[Exploration | None, ExplorationPlan]  # what it explores, if any; what booking it applies
+
+
+@dataclass(frozen=True, slots=True)
+class Explorer:
+    """What the plans are read from: the sends booked so far (`ledger`), each engine's slow-down as of
+    the decision under way (`slowdowns`), and how far back the windows look (`max_age_s`)."""
+
+    ledger: ExplorationLedger
+    slowdowns: EngineSlowdowns
+    max_age_s: float
+
+    def plan(
+        self,
+        profile: str,
+        knobs: Adaptive,
+        cells: Mapping[str, CellView],
+        decided: Verdict,
+        device: Mapping[str, Sequence[DeviceLoad]],
+        at: float,
+    ) -> Planned:
+        """The exploration due now for this profile, if any, and the plan booking this request would
+        apply (pacing in pacing.plan_exploration)."""
+        # The backend that wins anyway is measured by its own traffic: exploring it would waste a turn.
+        winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
+        since = at - self.max_age_s
+        counts = {
+            name: max(cell.count, self.ledger.explorations(name, profile, since))
+            for name, cell in cells.items()
+            if name != winner
+        }
+        credit = self.ledger.credit(profile)
+        stale = self.stale_cells(profile, knobs, cells, counts, at)
+        if stale:
+            return _refresh(profile, stale, credit, device)
+
+        def share(backend: str) -> float:
+            if spreads(backend, winner, device):  # the cheapest moment there is: the same min_samples
+                # requests, spent sooner, so the prior rules for fewer requests
+                return MAX_EPSILON / knobs.explore_epsilon
+            slowed = contended(backend, device[backend])
+            return min(1.0, knobs.contended_share / slowed) if slowed else 1.0
+
+        explored, rate = plan_exploration(
+            counts, credit, min_samples=knobs.min_samples, epsilon=knobs.explore_epsilon, share=share
+        )
+        if rate is None:  # nothing left to measure: the credit is dropped, if there is any (the plan still
+            # books the request, which ages the other cells)
+            return None, ExplorationPlan(profile, drop=bool(credit))
+        if explored is None:
+            return None, ExplorationPlan(profile, accrued=rate)
+        if slowed := contended(explored.backend, device[explored.backend]):
+            why = f"{explored.why}; slows {slowed:.3g} busy request(s) on its device"
+            explored = replace(explored, why=why)
+        return explored, ExplorationPlan(profile, accrued=rate, backend=explored.backend)
+
+    def stale_cells(
+        self,
+        profile: str,
+        knobs: Adaptive,
+        cells: Mapping[str, CellView],
+        counts: Mapping[str, int],
+        at: float,
+    ) -> dict[str, tuple[Age, str]]:
+        """The cells among `counts` (every candidate but the winner) whose estimate is past its bound,
+        with their age and why. A measured cell ages from its newest send; one under min_samples from its
+        min_samples-th newest, so once due it stays due until it holds a whole estimate. A cell measured
+        before another backend of the profile changed regime, or before another backend's requests
+        showed it slowed beyond the tolerance (`slowdowns`: as many requests ago as are slow), counts as
+        stale at once."""
+        changed = {name: cell.model.regime_run for name, cell in cells.items() if cell.model.regime_run}
+        for name in cells:  # slowed beyond the tolerance by its requests in flight or newest
+            slowed = self.slowdowns.latest(name)
+            if slowed is not None and slowed.live > 1.0 + knobs.tolerance and slowed.slow:
+                changed[name] = max(changed.get(name, 0), slowed.slow)
+        stale: dict[str, tuple[Age, str]] = {}
+        for name, count in counts.items():
+            if cells[name].count < count >= knobs.min_samples:  # its estimate's requests are under way
+                continue
+            measured = count >= knobs.min_samples
+            age = self.ledger.age(name, profile, at, 1 if measured else knobs.min_samples)
+            runs = [run for other, run in changed.items() if other != name]
+            bound = knobs.refresh_requests if measured else blind_bound(knobs)
+            why = stale_reason(
+                age, max_requests=bound, max_s=knobs.refresh_s, changed=min(runs, default=None)
+            )
+            if why is not None:
+                stale[name] = (age, why)
+        return stale
+
+
+def _refresh(
+    profile: str,
+    stale: Mapping[str, tuple[Age, str]],
+    credit: float,
+    device: Mapping[str, Sequence[DeviceLoad]],
+) -> Planned:
+    """The refresh of the stalest due cell (pacing.plan_refresh), back to back beside a busy engine."""
+    ages = {name: age for name, (age, _) in stale.items()}
+    contending = [name for name in ages if contended(name, device[name])]
+    refresh, accrued = plan_refresh(ages, credit, back_to_back=contending)
+    if refresh is not None:
+        refresh = replace(refresh, why=f"{refresh.why}: {stale[refresh.backend][1]}")
+    backend = refresh.backend if refresh is not None else None
+    return refresh, ExplorationPlan(profile, accrued=accrued, backend=backend)
+
+
+def probe_instead(
+    ctx: RouteContext,
+    cells: Mapping[str, CellView],
+    device: Mapping[str, Sequence[DeviceLoad]],
+    explored: Exploration,
+) -> bool:
+    """Whether a decode probe measures what exploring `explored.backend` with this request would: the
+    profile ranks by decode speed, which the cell borrows from the engine's all-profile fit while short of
+    samples (adaptive.AdaptiveScorer._model; probes feed that fit), the content is novel (what a probe's
+    is), and the request would slow busy requests of its device's other engines for its whole life."""
+    name = explored.backend
+    return (
+        ctx.profile.objective == "tokens_per_second"
+        and not repetitive(ctx.features.repetition)
+        and cells[name].model.samples < ctx.adaptive.min_samples
+        and contended(name, device[name]) > 0
+    )
