@@ -311,6 +311,7 @@ class AdaptiveScorer:
             device=device,
             repetition=ctx.features.repetition,
             capacity=backend.engine_capacity or backend.max_concurrency,
+            prompt_tokens=ctx.features.prompt_tokens,
         )
         slowed = self.slowdowns.latest(backend.name)
         said = slowed.describe(model) if slowed is not None else None

@@ -66,6 +66,9 @@ class CellModel:
     # holds: one fit over both would average a speculative engine's two decode speeds.
     tpot_by_content: tuple[Fit | None, Fit | None] = (None, None)
     content_samples: tuple[int, int] = (0, 0)
+    # The prompts its TTFT was measured on (usage.prompt_tokens; 0: none told): their mean and the longest.
+    mean_prompt_tokens: float = 0.0
+    max_prompt_tokens: int = 0
 
     def measured_content(self, repetition: float, min_samples: int) -> bool:
         """Whether min_samples of its samples carry this request's content (repetitive or novel)."""
@@ -125,6 +128,8 @@ def build_model(samples: Sequence[Sample]) -> CellModel:
         if all(by_content)
         else (None, None),
         content_samples=(len(by_content[0]), len(by_content[1])),
+        mean_prompt_tokens=sum(s.prompt_tokens for s in ok) / len(ok),
+        max_prompt_tokens=max(s.prompt_tokens for s in ok),
     )
 
 

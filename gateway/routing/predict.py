@@ -143,12 +143,14 @@ def predict_with_model(
     device: Sequence[DeviceLoad] = (),
     repetition: float = 0.0,
     capacity: int | None = None,
+    prompt_tokens: int | None = None,
 ) -> Prediction:
     """`device_busy`: another backend of the device has requests in flight; `device`: every backend of the
     device (this one included) whose in-flight requests this one would slow down (empty: not counted);
     `repetition`: the request's content (records.Features.repetition), which picks the TPOT fit of that
     content once the cell holds enough of it (a speculative engine decodes repetitive content faster);
-    `capacity`: the sequences the engine runs at once, where it says (beyond it a request queues)."""
+    `capacity`: the sequences the engine runs at once, where it says (beyond it a request queues);
+    `prompt_tokens`: the request's (estimated), which adds prefill beyond the longest prompt measured."""
     cfg = config or PredictConfig()
     c = inflight + 1
     higher = objective == "tokens_per_second"
@@ -162,6 +164,10 @@ def predict_with_model(
     ttft = model.ttft.at(c, device_busy) + penalty if model.ttft else None
     # The part of TTFT that load adds (queueing, prefill behind others), not the prompt's own prefill.
     wait = ttft - model.ttft.at(model.ttft.low_c, device_busy) if model.ttft and ttft is not None else 0.0
+    if ttft is not None and (prefill := _longer_prompt(model, prompt_tokens)) > 0:
+        ttft += prefill
+        hint_why += f"; prompt of {prompt_tokens} tokens beyond the {model.max_prompt_tokens} measured: "
+        hint_why += f"TTFT +{prefill * 1000:.0f} ms"
     tpot_fit = model.tpot_for(repetition, cfg.min_samples)
     tpot = tpot_fit.at(c, device_busy) if tpot_fit else None
     out = max_output_tokens or round(model.mean_output_tokens) or cfg.default_output_tokens
@@ -198,6 +204,16 @@ def predict_with_model(
         extension,
         tuple(harms.items()),
     )
+
+
+def _longer_prompt(model: CellModel, prompt_tokens: int | None) -> float:
+    """Seconds of prefill a prompt longer than any the cell measured adds to its TTFT fit: the cell's
+    TTFT at its lowest load, over its mean prompt, per token beyond its longest (prefill grows with the
+    prompt; a fit measured on short prompts says nothing of a long one's). 0 within the measured range."""
+    longest, mean = model.max_prompt_tokens, model.mean_prompt_tokens
+    if model.ttft is None or not prompt_tokens or longest <= 0 or prompt_tokens <= longest:
+        return 0.0
+    return model.ttft.at(model.ttft.low_c) * (prompt_tokens - longest) / mean
 
 
 def _describe(ttft: float | None, tpot: float | None) -> str:

@@ -186,6 +186,7 @@ def _alone(
         max_output_tokens=ctx.features.max_output_tokens,
         config=config,
         repetition=ctx.features.repetition,
+        prompt_tokens=ctx.features.prompt_tokens,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -153,3 +154,33 @@ def test_a_request_beyond_the_engines_sequence_limit_waits_for_a_slot() -> None:
     assert predict_with_model("e", model, inflight=3, objective="ttft", capacity=4).ttft == pytest.approx(
         predict_with_model("e", model, inflight=3, objective="ttft").ttft
     )
+
+
+def test_a_prompt_longer_than_any_measured_adds_its_prefill_and_one_within_them_adds_nothing() -> None:
+    # Measured on 2048-token prompts: an 8192-token one spends three more such prefills before its first
+    # token, and the e2e ranking turns towards the engine that measured long prompts.
+    short = build_model(cell(ttft=(0.30, 0.0), tpot=(0.018, 0.0), levels=range(1, 3)))
+    long = build_model(
+        [
+            replace(s, prompt_tokens=8192)
+            for s in cell(ttft=(1.0, 0.0), tpot=(0.018, 0.0), levels=range(1, 3), seed=2)
+        ]
+    )
+    base = predict_with_model("short", short, inflight=0, objective="ttft", prompt_tokens=2048)
+    longer = predict_with_model("short", short, inflight=0, objective="ttft", prompt_tokens=8192)
+    assert base.ttft is not None and longer.ttft is not None
+    assert longer.ttft == pytest.approx(base.ttft * 4, rel=0.1)
+    assert "beyond the 2048 measured" in longer.why and "beyond" not in base.why
+    assert predict_with_model("short", short, inflight=0, objective="ttft").ttft == base.ttft  # not told
+
+    def best(prompt_tokens: int) -> str:
+        preds = [
+            predict_with_model(
+                n, m, inflight=0, objective="e2e", max_output_tokens=256, prompt_tokens=prompt_tokens
+            )
+            for n, m in (("short", short), ("long", long))
+        ]
+        return rank(preds)[0]
+
+    assert best(2048) == "short"  # the long-prompt engine's TTFT was measured on its own long prompts
+    assert best(8192) == "long"
