@@ -131,7 +131,7 @@ class AdaptiveScorer:
         self.hints = hints
         self.progress = progress  # None: finished requests are all it sees
         self.cache = cache or ModelCache(windows.max_cells)  # bounded like the windows
-        # Each backend's slow-down as of the decision under way, read by `_model`, `_prediction`, `_stale`.
+        # Each backend's slow-down as of the decision under way (`_model`, `_prediction`, the Explorer).
         self.slowdowns = EngineSlowdowns(windows, self.cache, progress)
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
