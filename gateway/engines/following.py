@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 
 from gateway.backends.registry import Registry
 from gateway.engines import labels
@@ -55,21 +55,22 @@ class ContainerFollower:
             found[read.name] = (container, read)
         for name, (container, read) in found.items():
             engine = self.engines.get(name) or self._register(discovered_engine(read))
-            await self._follow(engine, container.id, container.running, asked.get(name, engine.ops))
+            await self._follow(engine, container.id, container.running, asked)
         for engine in list(self.engines.values()):
-            listed_ops = asked.get(engine.name, engine.ops)
-            gone = engine.name not in found and await self._follow(engine, None, False, listed_ops)
+            gone = engine.name not in found and await self._follow(engine, None, False, asked)
             if gone and engine.spec is None and self.registry.remove_backend(engine.name):
                 del self.engines[engine.name]
                 log.info("engine %s is gone (container removed)", engine.name)
 
-    async def _follow(self, engine: Engine, container_id: str | None, running: bool, listed_ops: int) -> bool:
+    async def _follow(
+        self, engine: Engine, container_id: str | None, running: bool, asked: Mapping[str, int]
+    ) -> bool:
         """Take in what the listing says of the engine's container; False while the gateway's own
         start or stop of it is under way, or when one began after the listing was asked (that one says
         what it is: the listing may predate it, and would call a container just started exited)."""
         if engine.op is not None and not engine.op.done():
             return False
-        if engine.ops != listed_ops:
+        if engine.ops != asked.get(engine.name, engine.ops):  # `asked`: each engine's ops at the listing
             self.dirty.set()  # list again: a listing asked from now on sees what that start or stop did
             return False
         engine.container_id = container_id

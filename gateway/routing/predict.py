@@ -164,10 +164,9 @@ def predict_with_model(
     ttft = model.ttft.at(c, device_busy) + penalty if model.ttft else None
     # The part of TTFT that load adds (queueing, prefill behind others), not the prompt's own prefill.
     wait = ttft - model.ttft.at(model.ttft.low_c, device_busy) if model.ttft and ttft is not None else 0.0
-    if ttft is not None and (prefill := _longer_prompt(model, prompt_tokens)) > 0:
+    prefill = _longer_prompt(model, prompt_tokens) if ttft is not None else 0.0
+    if ttft is not None:
         ttft += prefill
-        hint_why += f"; prompt of {prompt_tokens} tokens beyond the {model.max_prompt_tokens} measured: "
-        hint_why += f"TTFT +{prefill * 1000:.0f} ms"
     tpot_fit = model.tpot_for(repetition, cfg.min_samples)
     tpot = tpot_fit.at(c, device_busy) if tpot_fit else None
     out = max_output_tokens or round(model.mean_output_tokens) or cfg.default_output_tokens
@@ -184,6 +183,9 @@ def predict_with_model(
     neighbour = "device busy" if device_busy else "device otherwise idle"
     measured = f"{model.samples} samples at c {model.levels}"
     why = f"{measured}, predicted at c={c}, {neighbour}: {_describe(ttft, tpot)}; {hint_why}"
+    if prefill > 0:
+        why += f"; prompt of {prompt_tokens} tokens beyond the {model.max_prompt_tokens} measured: "
+        why += f"TTFT +{prefill * 1000:.0f} ms"
     if harms:
         parts = ", ".join(f"{name} +{seconds:.3g} s" for name, seconds in harms.items())
         why += f"; keeps {backend} busy {extension:.3g} s beyond its in-flight requests"
