@@ -44,7 +44,7 @@ class ContainerFollower:
     async def sync(self) -> None:
         """Bring the engines in line with the containers as the Docker API lists them."""
         found = {}
-        asked = {name: engine.ops for name, engine in self.engines.items()}
+        asked = {name: _settled(engine) for name, engine in self.engines.items()}
         for container in await asyncio.to_thread(self._api().labelled):
             read = labels.read(container.labels)
             if isinstance(read, str):
@@ -63,14 +63,15 @@ class ContainerFollower:
                 log.info("engine %s is gone (container removed)", engine.name)
 
     async def _follow(
-        self, engine: Engine, container_id: str | None, running: bool, asked: Mapping[str, int]
+        self, engine: Engine, container_id: str | None, running: bool, asked: Mapping[str, int | None]
     ) -> bool:
         """Take in what the listing says of the engine's container; False while the gateway's own
-        start or stop of it is under way, or when one began after the listing was asked (that one says
-        what it is: the listing may predate it, and would call a container just started exited)."""
+        start or stop of it is under way, or when one was under way or began after the listing was
+        asked (that one says what it is: the listing may predate its end, and would call a container
+        just started exited)."""
         if engine.op is not None and not engine.op.done():
             return False
-        if engine.ops != asked.get(engine.name, engine.ops):  # `asked`: each engine's ops at the listing
+        if asked.get(engine.name, engine.ops) != engine.ops:  # `asked`: see _settled
             self.dirty.set()  # list again: a listing asked from now on sees what that start or stop did
             return False
         engine.container_id = container_id
@@ -109,3 +110,10 @@ class ContainerFollower:
     def resync_failed(self, exc: Exception) -> float:
         self.dirty.set()  # list again after the pause, not a whole resync_s later
         return 1.0
+
+
+def _settled(engine: Engine) -> int | None:
+    """The engine's count of starts and stops when a listing is asked, None while one is under way: a
+    listing asked then may be answered from before the container started (podman lists a container
+    created and not yet started as exited), so only one asked after it says anything of the engine."""
+    return None if engine.op is not None and not engine.op.done() else engine.ops

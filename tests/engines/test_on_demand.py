@@ -189,12 +189,21 @@ class StaleListingApi(FakeApi):
         self.taken = threading.Event()
         self.release = threading.Event()
 
+        self.starting = threading.Event()  # set while a start is asked and not yet let through
+        self.let_start = threading.Event()
+        self.let_start.set()
+
     def labelled(self) -> list[Container]:
         listing = super().labelled()
         if self.hold.is_set():
             self.taken.set()
             self.release.wait(10)
         return listing
+
+    def start(self, container_id: str) -> None:
+        self.starting.set()
+        self.let_start.wait(10)
+        super().start(container_id)
 
 
 async def test_a_listing_asked_before_a_start_does_not_call_the_started_engine_exited() -> None:
@@ -219,5 +228,33 @@ async def test_a_listing_asked_before_a_start_does_not_call_the_started_engine_e
         await manager.follower.sync()  # a listing asked after the start sees its container
         assert manager.engines["e"].container_id == "id-e"
     finally:
+        api.release.set()
+        await manager.stop()
+
+
+async def test_a_listing_asked_while_a_start_is_under_way_does_not_call_the_started_engine_exited() -> None:
+    settings = _settings()
+    registry = Registry(settings)
+    manager = EngineManager(settings, registry, Prober(registry, settings.probe, _never), api=StaleListingApi)  # type: ignore[arg-type]
+    await manager.start()
+    api = manager.api
+    assert isinstance(api, StaleListingApi)
+    try:
+        api.let_start.clear()
+        start = manager.request_start("e")
+        await asyncio.to_thread(api.starting.wait, 10)  # created, not yet started: listed as stopped
+        api.hold.set()
+        listing = asyncio.create_task(manager.follower.sync())
+        await asyncio.to_thread(api.taken.wait, 10)
+        api.hold.clear()
+        api.let_start.set()
+        assert await start
+        api.release.set()
+        await listing
+        assert str(manager.engines["e"].phase) == "starting"  # not "stopped (exited)"
+        assert registry.backends["e"].status is Status.STARTING
+        assert not manager.stops
+    finally:
+        api.let_start.set()
         api.release.set()
         await manager.stop()
