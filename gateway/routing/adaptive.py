@@ -48,12 +48,16 @@ prompts, and waits for its own samples). It borrows only where that fit holds mi
 content (own_content): a speed learned on novel prose says nothing of a speculative engine on repetitive
 text, and would outrank the prior. Still short, a backend alone on its device is predicted with its
 best-measured peer's model at its own load (routing/peers.py): not measured is not slower, so it takes load
-as least-in-flight would until its own min_samples answers speak for it.
+as least-in-flight would until its own min_samples answers speak for it. With no backend measured at all,
+the backends alone on their devices have their prior levelled (peers.levelled_prior): load ranks them,
+the prefer order breaks ties, so a burst on a fresh profile is not all sent where the prefer order points.
 
 Exploration (routing/exploring.py): while some backend other than the predicted winner is short of
 min_samples for the profile, a paced share epsilon of its requests measures the least measured of them,
-less often where it would slow a busy neighbour; and never blind: a cell past its age bound, or measured
-before another backend changed regime, is refreshed at once.
+less often where it would slow a busy neighbour, and every request while the answers it gave so far
+predict this one better than the winner (`_promising`: measuring it is expected to cost nothing); and
+never blind: a cell past its age bound, or measured before another backend changed regime, is refreshed
+at once.
 
 Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
 backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
@@ -81,13 +85,13 @@ from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
 from gateway.routing.exploring import Explorer, probe_instead
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
-from gateway.routing.peers import Borrowed, borrowed_from_peers, carried_model, widest
+from gateway.routing.peers import Borrowed, borrowed_from_peers, carried_model, levelled_prior, widest
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
 from gateway.routing.shared_device import charged, claims, device_members, holders, steady_states
 from gateway.routing.slowdown import scaled
 from gateway.routing.spill import capacity
-from gateway.routing.verdict import Verdict, demoted, verdict
+from gateway.routing.verdict import Verdict, demoted, effective_value, verdict
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
@@ -163,7 +167,8 @@ class AdaptiveScorer:
             return decided
         unit, measured = exploration_unit(ctx.profile.name, ctx.features.repetition, cells)
         explorer = Explorer(self.ledger, self.slowdowns, self.windows.max_age_s)
-        explored, plan = explorer.plan(unit, knobs, measured, decided, device, at)
+        promising = self._promising(ctx, backends, cells, device, decided)
+        explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising)
         if explored is None:
             return replace(decided, plan=plan)
         if self.probes and probe_instead(ctx, cells, device, explored):
@@ -204,13 +209,14 @@ class AdaptiveScorer:
                 models[b.name],
                 charged(b.name, device[b.name], steady, ctx.adaptive.tolerance),
                 config,
-                borrowed.get(b.name),
+                self._unrefuted(ctx, b, models[b.name], device[b.name], borrowed.get(b.name)),
                 guide if len(device[b.name]) == 1 else None,
             )
             for b in backends
         ]
         errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = demoted(self._prior.score(ctx, backends), self._slowed(backends, ctx.adaptive.tolerance))
+        prior = levelled_prior(prior, models, device, ctx.features.repetition, config.min_samples)
         held = holders(
             device,
             claims(ctx, models, device, steady, errors, config),
@@ -218,6 +224,68 @@ class AdaptiveScorer:
             margin=ctx.adaptive.tolerance * HOLD_MARGIN,
         )
         return verdict(predictions, errors, prior, None, ctx.adaptive.tolerance, held=held)
+
+    def _unrefuted(
+        self,
+        ctx: RouteContext,
+        backend: BackendSnapshot,
+        model: CellModel,
+        device: Sequence[DeviceLoad],
+        borrowed: Borrowed | None,
+    ) -> Borrowed | None:
+        """`borrowed`, unless the backend's own answers so far (fewer than min_samples) predict this
+        request worse than the peer's model does by more than `tolerance` (a few answers are noisy):
+        "not measured is not slower" stands only until its answers say otherwise, and a backend seen
+        five times slower would otherwise take load as its peer's equal until min_samples of its answers
+        are back."""
+        if borrowed is None or model.samples == 0:
+            return borrowed
+        assumed = self._early(ctx, backend, borrowed.model, borrowed.alone(device[0])).value
+        own = self._early(ctx, backend, model, device).value
+        if assumed is None or own is None:
+            return borrowed
+        margin = 1.0 + ctx.adaptive.tolerance
+        higher = ctx.profile.objective == "tokens_per_second"
+        worse = own * margin < assumed if higher else own > assumed * margin
+        return None if worse else borrowed
+
+    def _early(
+        self, ctx: RouteContext, backend: BackendSnapshot, model: CellModel, device: Sequence[DeviceLoad]
+    ) -> Prediction:
+        """What `model` predicts for this request from however few answers it holds (at least one): too
+        few to rank a backend, enough to say whether measuring it is cheap."""
+        return self._prediction(ctx, backend, model, device, PredictConfig(min_samples=1))
+
+    def _promising(
+        self,
+        ctx: RouteContext,
+        backends: Sequence[BackendSnapshot],
+        cells: Mapping[str, CellView],
+        device: Mapping[str, Sequence[DeviceLoad]],
+        decided: Verdict,
+    ) -> list[str]:
+        """The backends short of min_samples whose answers so far predict this request better than the
+        predicted winner (its prediction, or its own few answers while it has none): exploring one is
+        expected to cost nothing, so it is not paced (exploring.Explorer.plan). Too few answers to rank
+        a backend are enough to say when measuring it is cheap: the prior alone would send a single
+        user's requests to the engine it names until some engine holds min_samples answers."""
+        winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
+        short = [b for b in backends if 0 < cells[b.name].model.samples < ctx.adaptive.min_samples]
+        if winner is None or not any(b.name != winner for b in short):
+            return []
+
+        def value(b: BackendSnapshot) -> float | None:
+            guess = self._early(ctx, b, cells[b.name].model, device[b.name])
+            return effective_value(guess, cells[b.name].error_rate)
+
+        best = decided.costs.get(winner)
+        if best is None:
+            best = next((value(b) for b in backends if b.name == winner), None)
+        if best is None:
+            return []
+        higher = ctx.profile.objective == "tokens_per_second"
+        values = {b.name: value(b) for b in short if b.name != winner}
+        return [n for n, v in values.items() if v is not None and (v > best if higher else v < best)]
 
     def _slowed(self, backends: Sequence[BackendSnapshot], tolerance: float) -> set[str]:
         """The backends whose engine runs slower than its fits by over `tolerance`, as of this decision."""

@@ -21,7 +21,11 @@ and novel content, and the cell borrows the engine's fit (under min_samples), a 
 instead (`probe_instead`; proxy/decode_probe.py): the plan says so, the request goes to the winner. An idle
 backend on a device of its own, while the winner is busy, slows nobody and joins no queue when explored
 (shared_device.spreads): its credit accrues at MAX_EPSILON, so the same min_samples requests are spent
-sooner and the prior rules for fewer requests.
+sooner and the prior rules for fewer requests. One whose answers so far (fewer than min_samples, so
+not enough to rank it) predict this request better than the winner is predicted, and that slows no
+busy neighbour, is explored by every request (`promising`, from adaptive.AdaptiveScorer._promising):
+measuring it is expected to cost nothing, and while the prior rules, a single user's requests would
+otherwise go where the prefer order points, one in 1 / epsilon measuring the faster engine.
 
 Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
 profile is too old is due (`stale_cells`): a measured cell after `refresh_requests` requests of the profile
@@ -36,7 +40,7 @@ kinds of content.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.policy.schema import Adaptive
@@ -78,9 +82,11 @@ class Explorer:
         decided: Verdict,
         device: Mapping[str, Sequence[DeviceLoad]],
         at: float,
+        promising: Collection[str] = (),
     ) -> Planned:
         """The exploration due now for this profile, if any, and the plan booking this request would
-        apply (pacing in pacing.plan_exploration)."""
+        apply (pacing in pacing.plan_exploration). `promising`: backends whose few answers so far predict
+        this request better than the winner does; explored at once where that slows no neighbour."""
         # The backend that wins anyway is measured by its own traffic: exploring it would waste a turn.
         winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
         since = at - self.max_age_s
@@ -101,8 +107,14 @@ class Explorer:
             slowed = contended(backend, device[backend])
             return min(1.0, knobs.contended_share / slowed) if slowed else 1.0
 
+        unpaced = [name for name in promising if name in counts and not contended(name, device[name])]
         explored, rate = plan_exploration(
-            counts, credit, min_samples=knobs.min_samples, epsilon=knobs.explore_epsilon, share=share
+            counts,
+            credit,
+            min_samples=knobs.min_samples,
+            epsilon=knobs.explore_epsilon,
+            share=share,
+            unpaced=unpaced,
         )
         if rate is None:  # nothing left to measure: the credit is dropped, if there is any (the plan still
             # books the request, which ages the other cells)

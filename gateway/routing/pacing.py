@@ -89,6 +89,7 @@ def plan_exploration(
     min_samples: int = MIN_SAMPLES,
     epsilon: float,
     share: Callable[[str], float] = lambda backend: 1.0,
+    unpaced: Collection[str] = (),
 ) -> tuple[Exploration | None, float | None]:
     """The exploration this request makes, if any, and the credit it adds (None: nothing is left to
     measure, so the profile's credit is dropped rather than carried into the next gap).
@@ -100,13 +101,15 @@ def plan_exploration(
     that reaches 1. `share` below 1 makes a costly moment accrue less, above 1 a cheap one more (see
     adaptive.AdaptiveScorer): the cells cost the same min_samples requests either way, only sooner.
     Windows age out, so a backend that stops getting traffic drops below `min_samples` and is measured
-    again.
+    again. A candidate in `unpaced` accrues 1: every request explores it (its answers so far say exploring
+    it costs nothing, adaptive.AdaptiveScorer._promising), still at most min_samples times.
     """
     under = sorted((n, backend) for backend, n in sample_counts.items() if n < min_samples)
     if not under:
         return None, None
     n, backend = under[0]
-    rate = min(min(max(epsilon, 0.0), MAX_EPSILON) * share(backend), MAX_EPSILON)
+    paced = min(min(max(epsilon, 0.0), MAX_EPSILON) * share(backend), MAX_EPSILON)
+    rate = 1.0 if backend in unpaced else paced
     if credit + rate < 1.0 - ROUNDING:
         return None, rate
     why = f"{backend}: {n} samples (< {min_samples}), explored at rate {rate:.3g} per request"

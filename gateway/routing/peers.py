@@ -27,6 +27,10 @@ from gateway.routing.cells import CellModel
 from gateway.routing.fitting import Fit
 from gateway.routing.harm import DeviceLoad
 
+# How much of the prefer order a levelled prior keeps: enough to break a tie of load, far less than one
+# request in flight more weighs in the load score (routing/scorers.py, 1 / (1 + in-flight)).
+TIE_BREAK = 1e-3
+
 
 @dataclass(frozen=True, slots=True)
 class Borrowed:
@@ -43,6 +47,14 @@ class Borrowed:
         return f"not measured yet ({own_samples} samples < {min_samples}): assumed as fast as {self.peer}"
 
 
+def _measured(models: Mapping[str, CellModel], repetition: float, min_samples: int) -> list[tuple[int, str]]:
+    return [
+        (model.samples, name)
+        for name, model in models.items()
+        if model.samples >= min_samples and model.measured_content(repetition, min_samples)
+    ]
+
+
 def borrowed_from_peers(
     models: Mapping[str, CellModel],
     device: Mapping[str, Sequence[DeviceLoad]],
@@ -51,11 +63,7 @@ def borrowed_from_peers(
 ) -> dict[str, Borrowed]:
     """Per backend alone on its device and short of min_samples answers, the model of the peer measured on
     the most samples of this request's content (none measured: no entry)."""
-    measured = [
-        (model.samples, name)
-        for name, model in models.items()
-        if model.samples >= min_samples and model.measured_content(repetition, min_samples)
-    ]
+    measured = _measured(models, repetition, min_samples)
     if not measured:
         return {}
     _, peer = max(measured)
@@ -64,6 +72,27 @@ def borrowed_from_peers(
         name: Borrowed(peer, models[peer], engine)
         for name, model in models.items()
         if len(device.get(name, ())) == 1 and model.samples < min_samples
+    }
+
+
+def levelled_prior(
+    prior: Mapping[str, float],
+    models: Mapping[str, CellModel],
+    device: Mapping[str, Sequence[DeviceLoad]],
+    repetition: float,
+    min_samples: int,
+) -> dict[str, float]:
+    """The prior, with every backend alone on its device levelled to (nearly) 1 while no backend is
+    measured on this request's content: with no peer to borrow from, the backends are still assumed as
+    fast as each other, so load ranks them as least-in-flight would and the prefer order only breaks
+    ties. A burst arriving before any cell holds min_samples answers would otherwise all go where the
+    prefer order points, the other engines idle, and on engines of their own devices that costs what a
+    blind balancer does not."""
+    if _measured(models, repetition, min_samples):
+        return dict(prior)
+    return {
+        name: 1.0 - TIE_BREAK * (1.0 - value) if len(device.get(name, ())) == 1 else value
+        for name, value in prior.items()
     }
 
 

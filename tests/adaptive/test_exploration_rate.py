@@ -40,3 +40,30 @@ def test_a_backend_sharing_a_device_with_a_busy_engine_is_not_hurried() -> None:
     # x's newest requests met ~8 others: exploring y would slow them, so credit accrues at 0.2 / 8 of
     # epsilon (contended_share), and no exploration falls within the first 20 requests.
     assert explored_at({"x": "spark", "y": "spark"}) == []
+
+
+def early_explorations(
+    y_tpot: float, devices: dict[str, str] | None = None, x_inflight: int = 0
+) -> list[int]:
+    """Requests (0-based, out of 12) that went to y, with x (the prefer order's first) on 3 answers at TPOT
+    20 ms and y on 1 at `y_tpot`: neither holds min_samples (5), so the prior names the winner."""
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    for sample in decode_samples(0.020, n=3):
+        recorder.record("x", "default", sample)
+    for sample in decode_samples(y_tpot, n=1):
+        recorder.record("y", "default", sample)
+    policy = parse_policy(with_adaptive(DECODE_POLICY, explore_epsilon=0.25, refresh_requests=1000))
+    router = PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder, devices=devices))
+    pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
+    chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(12)]
+    return [i for i, name in enumerate(chosen) if name == "y"]
+
+
+def test_a_backend_whose_first_answers_beat_the_winner_is_measured_at_once() -> None:
+    # y's one answer is twice as fast as x's: measuring it is expected to cost nothing, so every request
+    # explores it until min_samples (5) explorations are under way.
+    assert early_explorations(0.010) == [0, 1, 2, 3, 4]
+    # Slower than x: measuring it costs, and the policy's pace (epsilon 0.25) holds.
+    assert early_explorations(0.040) == [3, 7, 11]
+    # Beside a busy x on one device, measuring y slows x's requests however fast y is: paced as before.
+    assert early_explorations(0.010, {"x": "spark", "y": "spark"}, x_inflight=3) == []

@@ -14,12 +14,17 @@ from tests.adaptive.routing_loop import DECODE_POLICY, decode_samples, with_adap
 BODY = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256}
 
 
-def router(y_tpot: float | None = None, devices: dict[str, str] | None = None) -> PolicyRouter:
-    """x measured on 40 requests (TPOT 20 ms and up); y on 5 at `y_tpot`, or never."""
+def router(
+    y_tpot: float | None = None,
+    devices: dict[str, str] | None = None,
+    x_answers: int = 40,
+    y_answers: int = 5,
+) -> PolicyRouter:
+    """x measured on `x_answers` requests (TPOT 20 ms and up); y on `y_answers` at `y_tpot`, or never."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
-    for sample in decode_samples(0.020):
+    for sample in decode_samples(0.020, n=x_answers):
         recorder.record("x", "default", sample)
-    for sample in decode_samples(y_tpot, n=5) if y_tpot is not None else []:
+    for sample in decode_samples(y_tpot, n=y_answers) if y_tpot is not None else []:
         recorder.record("y", "default", sample)
     policy = parse_policy(with_adaptive(DECODE_POLICY, explore_epsilon=0))
     return PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder, devices=devices))
@@ -58,3 +63,22 @@ def test_beside_a_busy_neighbour_an_unmeasured_backend_waits_to_be_measured() ->
 def test_its_own_samples_take_over_from_the_peers() -> None:
     assert first(router(y_tpot=0.080), x_inflight=3) == "x"  # measured 4x slower: the busier x still wins
     assert first(router(y_tpot=0.020), x_inflight=3) == "y"
+
+
+def test_answers_too_few_to_rank_it_still_end_the_assumption_when_they_are_slower() -> None:
+    # Two answers of y, 4x slower than x: no prediction of its own yet, and no longer assumed x's equal.
+    assert first(router(y_tpot=0.080, y_answers=2), x_inflight=3) == "x"
+    # Two answers as fast as x's (one of them beside a busy neighbour, 1.8x): the assumption stands.
+    assert first(router(y_tpot=0.014, y_answers=2), x_inflight=3) == "y"
+
+
+def test_with_no_backend_measured_a_burst_splits_as_least_in_flight_would() -> None:
+    # x holds 3 answers and y none: no peer to borrow from, yet neither is known to be slower, so load
+    # ranks them and the prefer order only breaks a tie (a burst does not all go to the prior's first).
+    blind = router(x_answers=3)
+    assert first(blind, x_inflight=0) == "x"
+    assert first(blind, x_inflight=1) == "y"
+    assert first(blind, x_inflight=9, y_inflight=8) == "y"
+    assert first(blind, x_inflight=8, y_inflight=9) == "x"
+    # On one device, spreading a burst over two engines is contention, not balance: the prior ranks.
+    assert first(router(devices={"x": "spark", "y": "spark"}, x_answers=3), x_inflight=3) == "x"

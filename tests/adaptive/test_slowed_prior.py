@@ -49,7 +49,10 @@ def first_for_chat(progress_of_x: Progress) -> str:
     router = PolicyRouter(
         FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0))), objective_scorer=scorer
     )
-    pool = [BackendSnapshot("x", inflight=progress_of_x.inflight), BackendSnapshot("y")]
+    # As busy as each other: engines alone on their devices are ranked by load while no backend of the
+    # profile is measured (peers.levelled_prior), and the prefer order breaks the tie.
+    n = progress_of_x.inflight
+    pool = [BackendSnapshot("x", inflight=n), BackendSnapshot("y", inflight=n)]
     return router.route("chat", CHAT, pool).ranked[0]
 
 
