@@ -6,7 +6,7 @@ engine accrues at a fraction of the policy's epsilon."""
 from __future__ import annotations
 
 from gateway.policy.load import parse_policy
-from gateway.records import BackendSnapshot
+from gateway.records import BackendSnapshot, Sample
 from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
@@ -15,17 +15,25 @@ from tests.adaptive.routing_loop import DECODE_POLICY, decode_samples, sent, wit
 NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256}
 
 
-def explored_at(devices: dict[str, str] | None, x_inflight: int = 3) -> list[int]:
-    """Requests (0-based) that went to y, out of 20, with x measured and y not; y idle, x running
-    `x_inflight` requests."""
+def to_y(
+    answers: dict[str, list[Sample]], devices: dict[str, str] | None, x_inflight: int, requests: int
+) -> list[int]:
+    """Requests (0-based, out of `requests`) that went to y, each backend having given `answers`; y idle,
+    x running `x_inflight` requests."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
-    for sample in decode_samples(0.020):
-        recorder.record("x", "default", sample)
+    for name, samples in answers.items():
+        for sample in samples:
+            recorder.record(name, "default", sample)
     policy = parse_policy(with_adaptive(DECODE_POLICY, explore_epsilon=0.25, refresh_requests=1000))
     router = PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder, devices=devices))
     pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
-    chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(20)]
+    chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(requests)]
     return [i for i, name in enumerate(chosen) if name == "y"]
+
+
+def explored_at(devices: dict[str, str] | None, x_inflight: int = 3) -> list[int]:
+    """Out of 20 requests, those that went to y, with x measured and y not."""
+    return to_y({"x": decode_samples(0.020)}, devices, x_inflight, 20)
 
 
 def test_an_idle_backend_alone_on_its_device_takes_the_requests_while_the_winner_is_busy() -> None:
@@ -45,18 +53,10 @@ def test_a_backend_sharing_a_device_with_a_busy_engine_is_not_hurried() -> None:
 def early_explorations(
     y_tpot: float, devices: dict[str, str] | None = None, x_inflight: int = 0
 ) -> list[int]:
-    """Requests (0-based, out of 12) that went to y, with x (the prefer order's first) on 3 answers at TPOT
+    """Out of 12 requests, those that went to y, with x (the prefer order's first) on 3 answers at TPOT
     20 ms and y on 1 at `y_tpot`: neither holds min_samples (5), so the prior names the winner."""
-    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
-    for sample in decode_samples(0.020, n=3):
-        recorder.record("x", "default", sample)
-    for sample in decode_samples(y_tpot, n=1):
-        recorder.record("y", "default", sample)
-    policy = parse_policy(with_adaptive(DECODE_POLICY, explore_epsilon=0.25, refresh_requests=1000))
-    router = PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder, devices=devices))
-    pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
-    chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(12)]
-    return [i for i, name in enumerate(chosen) if name == "y"]
+    answers = {"x": decode_samples(0.020, n=3), "y": decode_samples(y_tpot, n=1)}
+    return to_y(answers, devices, x_inflight, 12)
 
 
 def test_a_backend_whose_first_answers_beat_the_winner_is_measured_at_once() -> None:

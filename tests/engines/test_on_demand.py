@@ -4,8 +4,9 @@ engine is started only when nothing of its model can serve now, and shows as war
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from gateway.backends.prober import Prober
@@ -206,7 +207,9 @@ class StaleListingApi(FakeApi):
         super().start(container_id)
 
 
-async def test_a_listing_asked_before_a_start_does_not_call_the_started_engine_exited() -> None:
+@contextlib.asynccontextmanager
+async def stale_listings() -> AsyncIterator[tuple[EngineManager, Registry, StaleListingApi]]:
+    """A started manager over a StaleListingApi; every hold released and the manager stopped after."""
     settings = _settings()
     registry = Registry(settings)
     manager = EngineManager(settings, registry, Prober(registry, settings.probe, _never), api=StaleListingApi)  # type: ignore[arg-type]
@@ -214,6 +217,15 @@ async def test_a_listing_asked_before_a_start_does_not_call_the_started_engine_e
     api = manager.api
     assert isinstance(api, StaleListingApi)
     try:
+        yield manager, registry, api
+    finally:
+        api.let_start.set()
+        api.release.set()
+        await manager.stop()
+
+
+async def test_a_listing_asked_before_a_start_does_not_call_the_started_engine_exited() -> None:
+    async with stale_listings() as (manager, registry, api):
         api.hold.set()
         listing = asyncio.create_task(manager.follower.sync())
         await asyncio.to_thread(api.taken.wait, 10)  # it lists no container of e
@@ -227,19 +239,10 @@ async def test_a_listing_asked_before_a_start_does_not_call_the_started_engine_e
         assert not manager.stops
         await manager.follower.sync()  # a listing asked after the start sees its container
         assert manager.engines["e"].container_id == "id-e"
-    finally:
-        api.release.set()
-        await manager.stop()
 
 
 async def test_a_listing_asked_while_a_start_is_under_way_does_not_call_the_started_engine_exited() -> None:
-    settings = _settings()
-    registry = Registry(settings)
-    manager = EngineManager(settings, registry, Prober(registry, settings.probe, _never), api=StaleListingApi)  # type: ignore[arg-type]
-    await manager.start()
-    api = manager.api
-    assert isinstance(api, StaleListingApi)
-    try:
+    async with stale_listings() as (manager, registry, api):
         api.let_start.clear()
         start = manager.request_start("e")
         await asyncio.to_thread(api.starting.wait, 10)  # created, not yet started: listed as stopped
@@ -254,7 +257,3 @@ async def test_a_listing_asked_while_a_start_is_under_way_does_not_call_the_star
         assert str(manager.engines["e"].phase) == "starting"  # not "stopped (exited)"
         assert registry.backends["e"].status is Status.STARTING
         assert not manager.stops
-    finally:
-        api.let_start.set()
-        api.release.set()
-        await manager.stop()
