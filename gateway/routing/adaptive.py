@@ -101,6 +101,12 @@ EngineHints = Callable[[str], EngineHint | None]
 HOLD_MARGIN = 0.5
 
 
+def _loads_met(model: CellModel) -> float:
+    """The highest load `model`'s answers met: a fit of a few answers is flat, and says nothing of a
+    load beyond it (a backend measured idle would look as fast with eight requests in flight)."""
+    return max((fit.high_c for fit in (model.ttft, model.tpot) if fit is not None), default=0.0)
+
+
 def own_content(model: CellModel, cell: CellModel, repetition: float, min_samples: int) -> CellModel:
     """`model` (the cell's, or one borrowed from the backend's other profiles), or the cell's own where the
     borrowed one never measured this request's content: a decode speed learned on novel prose says nothing
@@ -264,13 +270,19 @@ class AdaptiveScorer:
         device: Mapping[str, Sequence[DeviceLoad]],
         decided: Verdict,
     ) -> list[str]:
-        """The backends short of min_samples whose answers so far predict this request better than the
-        predicted winner (its prediction, or its own few answers while it has none): exploring one is
-        expected to cost nothing, so it is not paced (exploring.Explorer.plan). Too few answers to rank
-        a backend are enough to say when measuring it is cheap: the prior alone would send a single
-        user's requests to the engine it names until some engine holds min_samples answers."""
+        """The backends short of min_samples whose answers so far predict this request, at a load they
+        met, better than the predicted winner (its prediction, or its own few answers while it has
+        none): exploring one is expected to cost nothing, so it is not paced (exploring.Explorer.plan).
+        Too few answers to rank a backend are enough to say when measuring it is cheap: the prior alone
+        would send a single user's requests to the engine it names until some engine holds min_samples
+        answers."""
         winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
-        short = [b for b in backends if 0 < cells[b.name].model.samples < ctx.adaptive.min_samples]
+        short = [
+            b
+            for b in backends
+            if 0 < cells[b.name].model.samples < ctx.adaptive.min_samples
+            and b.inflight + 1 <= _loads_met(cells[b.name].model)
+        ]
         if winner is None or not any(b.name != winner for b in short):
             return []
 

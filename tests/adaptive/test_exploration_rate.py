@@ -16,17 +16,21 @@ NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens"
 
 
 def to_y(
-    answers: dict[str, list[Sample]], devices: dict[str, str] | None, x_inflight: int, requests: int
+    answers: dict[str, list[Sample]],
+    devices: dict[str, str] | None,
+    x_inflight: int,
+    requests: int,
+    y_inflight: int = 0,
 ) -> list[int]:
-    """Requests (0-based, out of `requests`) that went to y, each backend having given `answers`; y idle,
-    x running `x_inflight` requests."""
+    """Requests (0-based, out of `requests`) that went to y, each backend having given `answers`, x and y
+    running `x_inflight` and `y_inflight` requests."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for name, samples in answers.items():
         for sample in samples:
             recorder.record(name, "default", sample)
     policy = parse_policy(with_adaptive(DECODE_POLICY, explore_epsilon=0.25, refresh_requests=1000))
     router = PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder, devices=devices))
-    pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
+    pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y", inflight=y_inflight)]
     chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(requests)]
     return [i for i, name in enumerate(chosen) if name == "y"]
 
@@ -51,12 +55,12 @@ def test_a_backend_sharing_a_device_with_a_busy_engine_is_not_hurried() -> None:
 
 
 def early_explorations(
-    y_tpot: float, devices: dict[str, str] | None = None, x_inflight: int = 0
+    y_tpot: float, devices: dict[str, str] | None = None, x_inflight: int = 0, y_inflight: int = 0
 ) -> list[int]:
     """Out of 12 requests, those that went to y, with x (the prefer order's first) on 3 answers at TPOT
     20 ms and y on 1 at `y_tpot`: neither holds min_samples (5), so the prior names the winner."""
     answers = {"x": decode_samples(0.020, n=3), "y": decode_samples(y_tpot, n=1)}
-    return to_y(answers, devices, x_inflight, 12)
+    return to_y(answers, devices, x_inflight, 12, y_inflight)
 
 
 def test_a_backend_whose_first_answers_beat_the_winner_is_measured_at_once() -> None:
@@ -65,5 +69,7 @@ def test_a_backend_whose_first_answers_beat_the_winner_is_measured_at_once() -> 
     assert early_explorations(0.010) == [0, 1, 2, 3, 4]
     # Slower than x: measuring it costs, and the policy's pace (epsilon 0.25) holds.
     assert early_explorations(0.040) == [3, 7, 11]
+    # y's one answer met a load of 1: it says nothing of y with 3 requests in flight (paced).
+    assert early_explorations(0.010, y_inflight=3) == [3, 7, 11]
     # Beside a busy x on one device, measuring y slows x's requests however fast y is: paced as before.
     assert early_explorations(0.010, {"x": "spark", "y": "spark"}, x_inflight=3) == []
