@@ -56,6 +56,11 @@ class Engine:
     asked_at_sum: float = 0.0
 
     @property
+    def running_op(self) -> asyncio.Task[bool] | None:
+        """The start or stop the gateway began, while it is under way; None once done."""
+        return self.op if self.op is not None and not self.op.done() else None
+
+    @property
     def pinned(self) -> bool:
         return self.spec is not None and self.spec.pinned
 

@@ -69,7 +69,7 @@ class ContainerFollower:
         start or stop of it is under way, or when one was under way or began after the listing was
         asked (that one says what it is: the listing may predate its end, and would call a container
         just started exited)."""
-        if engine.op is not None and not engine.op.done():
+        if engine.running_op is not None:
             return False
         if asked.get(engine.name, engine.ops) != engine.ops:  # `asked`: see _settled
             self.dirty.set()  # list again: a listing asked from now on sees what that start or stop did
@@ -116,4 +116,4 @@ def _settled(engine: Engine) -> int | None:
     """The engine's count of starts and stops when a listing is asked, None while one is under way: a
     listing asked then may be answered from before the container started (podman lists a container
     created and not yet started as exited), so only one asked after it says anything of the engine."""
-    return None if engine.op is not None and not engine.op.done() else engine.ops
+    return None if engine.running_op is not None else engine.ops

@@ -48,8 +48,8 @@ class Lifecycle:
         """Start `name` unless a start or stop is under way (that one is returned). With `batch`, a
         start that must evict may first gather the requests for it (`engine_control.batch_wait_s`)."""
         engine = self.engines[name]
-        if engine.op is not None and not engine.op.done():
-            return engine.op
+        if (op := engine.running_op) is not None:
+            return op
         if engine.phase is not Phase.STOPPED:
             return _done(True)
         engine.phase, engine.detail, engine.wanted = Phase.STARTING, "starting", False
@@ -59,8 +59,8 @@ class Lifecycle:
 
     def request_stop(self, name: str, reason: str) -> asyncio.Task[bool]:
         engine = self.engines[name]
-        if engine.op is not None and not engine.op.done():
-            return engine.op
+        if (op := engine.running_op) is not None:
+            return op
         if engine.phase is Phase.STOPPED:
             return _done(True)
         return _task(engine, self._stop(engine, reason), f"engine-stop:{name}")

@@ -101,8 +101,8 @@ class EngineManager:
         loops, self._loops = self._loops, []
         await asyncio.gather(*(task.stop() for task in loops), self.lifecycle.probes.stop_all())
         for engine in self.engines.values():
-            if engine.op is not None and not engine.op.done():
-                engine.op.cancel()
+            if (op := engine.running_op) is not None:
+                op.cancel()
         if self.api is not None:
             await asyncio.to_thread(self.api.close)
 
