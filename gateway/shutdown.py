@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.api.asgi import ASGIApp, Receive, Scope, Send
 from gateway.api.errors import send_error
+from gateway.clock import monotonic
 
 # After the deadline, how long the requests told to end get to send their last frame before the server
 # closes: one write each, so a fraction of a second on any host; a client that does not read its socket
@@ -76,7 +76,7 @@ class DrainTracker:
         """Stop taking requests and wait up to `timeout` seconds for those in flight to finish; then tell
         the rest to end and give them END_GRACE_S to write their last frame."""
         self.begin_drain()
-        started = time.monotonic()
+        started = monotonic()
         with contextlib.suppress(TimeoutError):  # a deadline reached is reported, not raised
             await asyncio.wait_for(self._idle.wait(), timeout)
         remaining, ended = self._inflight, 0
@@ -86,7 +86,7 @@ class DrainTracker:
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), END_GRACE_S)
-        return DrainResult(remaining == 0, remaining, time.monotonic() - started, ended)
+        return DrainResult(remaining == 0, remaining, monotonic() - started, ended)
 
 
 async def drain_then(tracker: DrainTracker, timeout: float, close: Callable[[], None]) -> DrainResult:

@@ -4,13 +4,13 @@ task group and a relay per chunk on the streaming path."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
 
+from gateway.clock import monotonic
 from gateway.proxy.asgi import ASGIApp as ASGIApp
 from gateway.proxy.asgi import Message as Message
 from gateway.proxy.asgi import Receive as Receive
@@ -19,7 +19,7 @@ from gateway.proxy.asgi import Send as Send
 from gateway.proxy.asgi import send_bytes as send_bytes
 
 REQUEST_ID = "gateway.request_id"
-STARTED = "gateway.started"  # time.perf_counter() when the request reached the gateway
+STARTED = "gateway.started"  # monotonic() when the request reached the gateway
 RESPONSE_STARTED = "gateway.response_started"  # set once the response head went out (errors.ServerErrors)
 
 
@@ -66,7 +66,7 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        scope[STARTED] = time.perf_counter()
+        scope[STARTED] = monotonic()
         incoming = header(scope, b"x-request-id")
         request_id = incoming.decode("latin-1")[:128] if incoming else uuid.uuid4().hex
         scope[REQUEST_ID] = request_id

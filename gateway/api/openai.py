@@ -31,6 +31,7 @@ from gateway.api.body_parse import BadJson, BodyParser
 from gateway.api.errors import send_error
 from gateway.api.request_checks import DEFAULT_LIMITS
 from gateway.backends.registry import Registry
+from gateway.clock import monotonic
 from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.records import BackendSnapshot, Decision
 
@@ -67,7 +68,7 @@ class CompletionsEndpoint:
         self.parser = parser or BodyParser(DEFAULT_LIMITS, _OFFLOAD_BYTES, max_body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = scope.get(STARTED) or time.perf_counter()
+        started = scope.get(STARTED) or monotonic()
         if not _is_json(scope):
             message = "the body must be JSON, sent with `content-type: application/json`"
             await send_error(send, 415, message, "unsupported_media_type")

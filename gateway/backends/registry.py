@@ -8,7 +8,6 @@ take and give back; `BackendState.inflight` reads it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,6 +15,7 @@ from typing import Any
 
 from gateway.backends.flavors import FLAVORS
 from gateway.backends.inflight import InFlight
+from gateway.clock import monotonic
 from gateway.records import BackendSnapshot
 from gateway.redact import without_credentials
 from gateway.settings import BackendConfig, PoolConfig, Settings
@@ -113,7 +113,7 @@ class BackendState:
 
 
 class Registry:
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: Settings, clock: Callable[[], float] = monotonic) -> None:
         self.clock = clock
         self.inflight = InFlight()
         self.backends = {

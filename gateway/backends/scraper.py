@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ from gateway.backends.engine_metrics import (
     parse_metrics,
 )
 from gateway.backends.fetch import Fetch
+from gateway.clock import monotonic
 from gateway.records import EngineHint
 from gateway.redact import without_credentials
 from gateway.tasks import BackgroundTask, FailureLog, describe
@@ -80,7 +80,7 @@ class MetricsScraper:
         interval_s: float = 1.0,
         timeout_s: float | None = None,
         stale_after_intervals: float = 3.0,
-        clock: Clock = time.monotonic,
+        clock: Clock = monotonic,
     ) -> None:
         if interval_s <= 0 or stale_after_intervals <= 0:
             raise ValueError("interval_s and stale_after_intervals must be positive")

@@ -19,11 +19,19 @@ failures (servable requests that did not succeed), refused (requests no backend 
 over-length prompts, images on a fleet without vision), percent of each oracle's goodput, and adaptive
 against the best strategy of the same round; median and spread over the rounds (routing_report.py). On a
 fleet with faults, also how many requests the slowed engine still served after its slowdown and how many
-requests that had received no content when an engine crashed failed anyway. The event loop's lateness
-is sampled during every replay: the twin, the gateway and the client share it, so a loop late by a
-sizeable share of a request's latency (too high a --time-scale for the machine) measures the loop rather
-than the fleet, and the bench says so. Request bodies are built before the first replay
-(routing_trace.stream_bodies), so making prompts costs no replay any lateness.
+requests that had received no content when an engine crashed failed anyway.
+
+Time. By default every replay runs on a virtual clock (bench/virtual_time.py): the twin, the gateway and
+the client share one event loop whose clock stands still while code runs and jumps to the next timer
+when nothing is ready, so what a replay measures is the fleet and the routing, not how busy the machine
+was; a busy machine makes the run longer, not slower. The gateway's own CPU time then costs no simulated
+time (`bench overhead` measures it: well under a millisecond a request, against engine steps of tens),
+and its settings are the product's defaults, in simulated seconds. Each round draws the twin's random
+numbers (speculative acceptance, injected errors) from seeds of its own, so the spread over rounds is the
+fleet's, not the machine's. `--time-scale X` runs on the wall clock instead, the twin X times faster:
+there the loop's lateness is sampled during every replay, and a loop late by a sizeable share of a
+request's latency (too high a time scale for the machine) measures the loop rather than the fleet, which
+the bench says. Request bodies are built before the first replay (routing_trace.stream_bodies).
 
 `--fleets` benches several fleets, each with its own trace and time scale if given (routing_suite.py),
 side by side in `--jobs` worker processes, and ends with one summary: a row per fleet with each
@@ -49,10 +57,12 @@ from tqdm import tqdm
 
 from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
+from gateway.bench import virtual_time
 from gateway.bench.routing_oracles import SPLIT_BUDGET, Strategy, find_oracle, find_split_oracle
 from gateway.bench.routing_report import (
     FaultFigures,
     StrategyResult,
+    clock_label,
     must_show,
     render,
     render_summary,
@@ -74,12 +84,13 @@ from gateway.bench.routing_tracefile import TraceError, load_trace
 from gateway.commands import CommandError
 from gateway.commands.serve import settings_for_fleet
 from gateway.settings import Settings
-from gateway.sim.fleet import FleetSpec, load_fleet
+from gateway.sim.fleet import EngineSpec, FleetSpec, load_fleet
 from gateway.sim.runner import TwinFleet
 from gateway.stats.live import percentile
 
-DEFAULT_TIME_SCALE = 50.0  # x100 left the loop ~0.9 s (simulated) late at p95 on 2 shared cores
 DEFAULT_REPEATS = 3
+# Round r draws the twin's random numbers from the fleet file's seeds plus r times this.
+ROUND_SEED_STRIDE = 7919
 
 
 class LoopLag:
@@ -92,8 +103,9 @@ class LoopLag:
     fleet's but the loop's.
     """
 
-    def __init__(self, interval_s: float = 0.005) -> None:
+    def __init__(self, interval_s: float = 0.005, sampling: bool = True) -> None:
         self.interval_s = interval_s
+        self.sampling = sampling  # off on a virtual clock: never late, and a timer every 5 ms costs CPU
         self.lags: list[float] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -105,7 +117,8 @@ class LoopLag:
             self.lags.append(max(0.0, loop.time() - before - self.interval_s))
 
     async def __aenter__(self) -> LoopLag:
-        self._task = asyncio.ensure_future(self._sample())
+        if self.sampling:
+            self._task = asyncio.ensure_future(self._sample())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -122,7 +135,7 @@ class Bench:
     def __init__(
         self,
         spec: FleetSpec,
-        time_scale: float,
+        time_scale: float | None,
         workdir: Path,
         progress: tqdm[Any],
         trace: Trace = DEFAULT_TRACE,
@@ -130,7 +143,8 @@ class Bench:
         # The bench measures serving, not loading: engines start warm.
         engines = [e.model_copy(update={"warmup_s": 0.0}) for e in spec.engines]
         self.spec = spec.model_copy(update={"engines": engines})
-        self.time_scale = time_scale
+        self.time_scale = time_scale  # None: the loop's own (virtual) clock, the twin at 1x
+        self.scale = 1.0 if time_scale is None else time_scale
         self.workdir = workdir
         self.progress = progress
         self.model = spec.engines[0].served_model_name
@@ -139,10 +153,13 @@ class Bench:
         self.bodies = stream_bodies(trace, self.spec, self.model)
         self.replays = 0  # replays run so far, searches included
         self.simulated_s = 0.0  # their simulated seconds
+        self.replaying_s = 0.0  # the wall seconds they took
 
-    async def run(self, strategy: Strategy) -> StrategyResult:
+    async def run(self, strategy: Strategy, round_: int = 0) -> StrategyResult:
         self.replays += 1
-        async with TwinFleet(self.spec, time_scale=self.time_scale, ephemeral_ports=True) as fleet:
+        started = time.monotonic()  # the machine's clock, whichever the loop keeps
+        spec = self.spec.model_copy(update={"engines": [_reseeded(e, round_) for e in self.spec.engines]})
+        async with TwinFleet(spec, time_scale=self.scale, ephemeral_ports=True) as fleet:
             await fleet.wait_ready()
             settings = self._settings({n: fleet.url(n) for n in fleet.names}, strategy.policy)
             router = strategy.router() if strategy.router is not None else None
@@ -150,27 +167,28 @@ class Bench:
             app = build_app(gateway)
             async with Lifespan(app):
                 await _until_ready(gateway.registry.backends)
-                async with LoopLag() as lag:
+                async with LoopLag(sampling=self.time_scale is not None) as lag:
                     outcomes, phases = await self._replay(app, fleet.clock.now)
-        scaled = [_scaled(o, self.time_scale) for o in outcomes]
+        self.replaying_s += time.monotonic() - started
+        scaled = [_scaled(o, self.scale) for o in outcomes]
         wall = sum(phases)
-        self.simulated_s += wall * self.time_scale
-        result = summarize(strategy.name, scaled, wall * self.time_scale, self.unservable, strategy.detail)
+        self.simulated_s += wall * self.scale
+        result = summarize(strategy.name, scaled, wall * self.scale, self.unservable, strategy.detail)
         late = lag.p95()
-        lag_ms = None if late is None else round(late * self.time_scale * 1000, 1)
-        phases_s = tuple(round(p * self.time_scale, 1) for p in phases)
+        lag_ms = None if late is None else round(late * self.scale * 1000, 1)
+        phases_s = tuple(round(p * self.scale, 1) for p in phases)
         faults = fault_figures(self.spec, scaled)
         return replace(result, loop_lag_p95_ms=lag_ms, faults=faults, phases_s=phases_s)
 
     def _settings(self, urls: Mapping[str, str], policy: Path | None) -> Settings:
         base = settings_for_fleet(self.spec, dict(urls))
         state = self.workdir / f"state-{self.replays}"  # adaptive starts with no samples
-        update = {
-            "policy": policy,
-            "state_dir": state,
-            "probe": base.probe.model_copy(update={"interval_s": 0.5, "starting_interval_s": 0.02}),
-            "measurement": base.measurement.model_copy(update={"scrape_interval_s": 0.05}),
-        }
+        update: dict[str, Any] = {"policy": policy, "state_dir": state}
+        if self.time_scale is not None:
+            # On the wall clock the product's intervals would be time_scale times longer in simulated
+            # time (a 1 s scrape every 50 s at x50): these keep them near the product's in simulated time.
+            update["probe"] = base.probe.model_copy(update={"interval_s": 0.5, "starting_interval_s": 0.02})
+            update["measurement"] = base.measurement.model_copy(update={"scrape_interval_s": 0.05})
         return base.model_copy(update=update)
 
     async def _replay(self, app: Any, now: Callable[[], float]) -> tuple[list[Outcome], list[float]]:
@@ -207,7 +225,7 @@ class Bench:
         start = now()
 
         async def at(offset: float, body: bytes) -> None:  # open loop: sent on time whatever the others do
-            await asyncio.sleep(max(0.0, start + offset - now()) / self.time_scale)
+            await asyncio.sleep(max(0.0, start + offset - now()) / self.scale)
             await one(body)
 
         await asyncio.gather(*(at(offset, body) for offset, body in zip(offsets, bodies, strict=True)))
@@ -217,6 +235,13 @@ async def _until_ready(backends: Mapping[str, Any], timeout_s: float = 30.0) -> 
     async with asyncio.timeout(timeout_s):
         while any(state.status is not Status.READY for state in backends.values()):
             await asyncio.sleep(0.01)
+
+
+def _reseeded(engine: EngineSpec, round_: int) -> EngineSpec:
+    """The engine with round `round_`'s seeds: its own draws (errors, the flavor's) and its acceptances'."""
+    step = ROUND_SEED_STRIDE * round_
+    perf = engine.perf.model_copy(update={"seed": engine.perf.seed + step})
+    return engine.model_copy(update={"seed": engine.seed + step, "perf": perf})
 
 
 def _scaled(o: Outcome, factor: float) -> Outcome:
@@ -268,11 +293,12 @@ class FleetRun:
     oracles: dict[str, str]
     replays: int  # searches included
     simulated_s: float
+    replaying_s: float  # wall seconds inside the replays
 
 
 async def run_fleet(
     path: Path,
-    time_scale: float,
+    time_scale: float | None,
     repeats: int = 1,
     trace: Trace = DEFAULT_TRACE,
     split_budget: int = SPLIT_BUDGET,
@@ -301,29 +327,33 @@ async def run_fleet(
             results = []
             for round_ in range(repeats):
                 for strategy in [*strategies, oracle.strategy]:
-                    results.append(replace(await bench.run(strategy), round=round_))
+                    results.append(replace(await bench.run(strategy, round_), round=round_))
                 if split.assignment:  # no split beat the assignment: the same routing, not replayed twice
                     results.append(replace(results[-1], policy="split_oracle", detail=split.strategy.detail))
                 else:
-                    results.append(replace(await bench.run(split.strategy), round=round_))
+                    results.append(replace(await bench.run(split.strategy, round_), round=round_))
     oracles = {
         "oracle": f"{oracle.strategy.detail} (best of {oracle.tried})",
         "split_oracle": f"{split.strategy.detail} (best of {split.tried} after the oracle"
         + ("; no split beat it: the oracle's replays)" if split.assignment else ")"),
     }
-    return FleetRun(results, oracles, bench.replays, round(bench.simulated_s, 1))
+    return FleetRun(results, oracles, bench.replays, round(bench.simulated_s, 1), round(bench.replaying_s, 1))
 
 
 def bench_fleet(job: FleetJob) -> FleetReport:
     """One fleet's whole bench, searches then rounds (module level: worker processes import it by name)."""
     trace = load_trace(job.trace) if job.trace else DEFAULT_TRACE
     started = time.monotonic()
-    run = asyncio.run(
-        run_fleet(job.fleet, job.time_scale, job.repeats, trace, job.split_budget, job.progress)
-    )
+
+    def fleet() -> Any:
+        return run_fleet(job.fleet, job.time_scale, job.repeats, trace, job.split_budget, job.progress)
+
+    run = asyncio.run(fleet()) if job.time_scale is not None else virtual_time.run(fleet)
     table = render(job.fleet.stem, run.results, job.time_scale, run.oracles, trace)
     wall = round(time.monotonic() - started, 1)
-    return FleetReport(job, trace.name, run.results, run.oracles, table, wall, run.replays, run.simulated_s)
+    return FleetReport(
+        job, trace.name, run.results, run.oracles, table, wall, run.replays, run.simulated_s, run.replaying_s
+    )
 
 
 def fleet_jobs(args: argparse.Namespace) -> list[FleetJob]:
@@ -374,10 +404,11 @@ def fleet_document(report: FleetReport) -> dict[str, Any]:
         "fleet": report.name,
         **report.oracles,
         "trace": report.trace_name,
-        "time_scale": report.job.time_scale,
+        "time_scale": report.job.time_scale,  # null: the virtual clock
         "wall_s": report.wall_s,
         "replays": report.replays,
         "simulated_s": report.simulated_s,
+        "replaying_s": report.replaying_s,
         "results": [{k: asdict(r)[k] for k in REPLAY_KEYS} for r in report.results],
         "checks": [check.document() for check in must_show(report.results)],
     }
@@ -385,7 +416,7 @@ def fleet_document(report: FleetReport) -> dict[str, Any]:
 
 def _label(report: FleetReport) -> str:
     trace = "" if report.job.trace is None else f" {report.trace_name}"
-    return f"{report.name}{trace} x{report.job.time_scale:g}"
+    return f"{report.name}{trace} {clock_label(report.job.time_scale)}"
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -404,13 +435,13 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 def _timing(report: FleetReport) -> str:
-    """Where the fleet's wall time went: the replays themselves (simulated time / time scale), and the
-    rest (starting and stopping a fleet and a gateway per replay, building the bodies)."""
-    replaying = report.simulated_s / report.job.time_scale
+    """Where the fleet's wall time went: the replays themselves, and the rest (the search's bookkeeping,
+    building the bodies, the worker process)."""
+    rest = report.wall_s - report.replaying_s
     return (
-        f"wall {report.wall_s:.0f} s for {report.replays} replays (searches included): {replaying:.0f} s "
-        f"replaying {report.simulated_s:.0f} simulated s, {report.wall_s - replaying:.0f} s starting and "
-        "stopping fleets and gateways"
+        f"wall {report.wall_s:.0f} s for {report.replays} replays (searches included): "
+        f"{report.replaying_s:.0f} s in replays of {report.simulated_s:.0f} simulated s "
+        f"({clock_label(report.job.time_scale)}), {rest:.0f} s besides"
     )
 
 
@@ -430,8 +461,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--time-scale",
         type=float,
-        default=DEFAULT_TIME_SCALE,
-        help="twin clock speed-up (results are reported in simulated time)",
+        default=None,
+        help="run on the wall clock, the twin this many times faster (default: a virtual clock, whose "
+        "figures do not depend on the machine's load; results are in simulated time either way)",
     )
     parser.add_argument(
         "--repeats",

@@ -41,7 +41,8 @@ class StrategyResult:
     duration_s: float
     detail: str = ""
     e2e_p50_ms: float | None = None
-    loop_lag_p95_ms: float | None = None  # simulated ms the event loop woke sleepers late (LoopLag)
+    # Simulated ms the event loop woke sleepers late (LoopLag); None on a virtual clock, never late.
+    loop_lag_p95_ms: float | None = None
     round: int = 0
     routed: str = ""  # per class, successful requests per backend: "C: fp8-mtp 40, fp8-base 8; ..."
     faults: FaultFigures | None = None
@@ -169,10 +170,15 @@ def best_per_round(results: Sequence[StrategyResult]) -> list[str]:
     return [max(members, key=lambda r: r.goodput_tok_s).policy for _, members in sorted(rounds.items())]
 
 
+def clock_label(time_scale: float | None) -> str:
+    """How a fleet's replays kept time: a virtual clock (None), or the wall clock sped up `time_scale`x."""
+    return "virtual clock" if time_scale is None else f"x{time_scale:g}"
+
+
 def render(
     fleet: str,
     results: Sequence[StrategyResult],
-    time_scale: float,
+    time_scale: float | None,
     oracles: dict[str, str],
     trace: Trace = DEFAULT_TRACE,
 ) -> str:
@@ -208,7 +214,8 @@ def render(
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
         f"fleet {fleet}, trace {trace.name}: {trace.requests()} requests per replay, {rounds} round(s), "
-        f"simulated time (x{time_scale:g}); median [min-max] over rounds, failures and refused: worst round"
+        f"simulated time ({clock_label(time_scale)}); median [min-max] over rounds, failures and refused: "
+        "worst round"
     ]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines += [f"{name}: {detail}" for name, detail in oracles.items()]
@@ -300,7 +307,7 @@ def _lag_warning(results: Sequence[StrategyResult]) -> list[str]:
     return [
         f"warning: in {len(late)} of {len(results)} replays the event loop's p95 lateness exceeded "
         f"{LAG_WARNING:.0%} of the median request's e2e (worst {worst.loop_lag_p95_ms:.0f} ms against "
-        f"{worst.e2e_p50_ms:.0f} ms): lower --time-scale"
+        f"{worst.e2e_p50_ms:.0f} ms): lower --time-scale, or leave it out for the virtual clock"
     ]
 
 

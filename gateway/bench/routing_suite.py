@@ -1,17 +1,18 @@
 """Several fleets in one `bench routing` run: what each replays, and worker processes to run them.
 
-A fleet entry is a fleet file with, optionally, its own trace and time scale (an H100 fleet's steps are
-~10x shorter than a Spark's, so it needs a lower time scale for the same loop lag; a content fleet wants
-its content trace):
+A fleet entry is a fleet file with, optionally, its own trace and a time scale (a content fleet wants its
+content trace; a time scale runs that fleet on the wall clock, the twin that many times faster, instead of
+the virtual clock):
 
+    deploy/fleets/spark-pair-spec-content.yaml,trace=deploy/traces/mixed-content.yaml
     deploy/fleets/h100-inverted.yaml,time-scale=20
-    deploy/fleets/spark-pair-spec-content.yaml,trace=deploy/traces/mixed-content.yaml,time-scale=20
 
-A replay spends most of its wall time waiting for the twin's simulated clock (it keeps about a third
-of a core busy at x50), so fleets can run side by side in worker processes (`--jobs`) without crowding
-two cores. Each process has its own event loop, whose lateness every replay still samples and reports:
-if side-by-side fleets (or anything else on the machine) crowd each other, the loop-lag figures, the
-warning and the summary's late replays say so.
+On the virtual clock (bench/virtual_time.py) a replay's figures do not depend on the machine: a busy
+one makes the run take longer, not read slower. So fleets run side by side in worker processes (`--jobs`)
+as the cores allow. On the wall clock a replay spends most of its time waiting for the twin (it keeps
+about a third of a core busy at x50), and every replay samples its loop's lateness: if side-by-side
+fleets (or anything else on the machine) crowd each other, the loop-lag figures, the warning and the
+summary's late replays say so.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ class EntryError(ValueError):
 
 @dataclass(frozen=True)
 class FleetJob:
-    """One fleet to bench: its file, its trace file (None: the built-in trace), its time scale."""
+    """One fleet to bench: its file, its trace file (None: the built-in trace), its time scale (None: a
+    virtual clock)."""
 
     fleet: Path
     trace: Path | None
-    time_scale: float
+    time_scale: float | None
     repeats: int
     split_budget: int
     progress: bool = True  # a per-request progress bar (off in worker processes: bars would interleave)
@@ -55,14 +57,17 @@ class FleetReport:
     table: str  # routing_report.render's per-fleet table
     wall_s: float  # wall time of the whole fleet: searches and rounds
     replays: int  # replays run, searches included
-    simulated_s: float = 0.0  # simulated seconds of those replays (/ time scale: their wall time)
+    simulated_s: float = 0.0  # simulated seconds of those replays
+    replaying_s: float = 0.0  # wall seconds inside those replays (the rest: starting and stopping)
 
     @property
     def name(self) -> str:
         return self.job.fleet.stem
 
 
-def parse_entry(text: str, trace: Path | None, time_scale: float) -> tuple[Path, Path | None, float]:
+def parse_entry(
+    text: str, trace: Path | None, time_scale: float | None
+) -> tuple[Path, Path | None, float | None]:
     """`FILE[,trace=FILE][,time-scale=X]` -> (fleet, trace, time scale); the defaults fill what is unsaid."""
     path, *options = text.split(",")
     if not path:

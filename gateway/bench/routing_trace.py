@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ import orjson
 from starlette.types import ASGIApp, Message
 
 from gateway.api.asgi import http_scope
+from gateway.clock import monotonic
 from gateway.records import BackendSnapshot, Decision
 from gateway.sim.fleet import FleetSpec
 from gateway.sim.text import make_prompt
@@ -195,7 +195,7 @@ class _Exchange:
         if not self.stream:
             if not message.get("more_body", False):
                 self._whole(self.buffer)
-                self.outcome.e2e = time.perf_counter() - self.started
+                self.outcome.e2e = monotonic() - self.started
                 self.done.set()
             return
         *lines, self.buffer = self.buffer.split(b"\n")
@@ -203,7 +203,7 @@ class _Exchange:
             self._line(line.strip())
         if not message.get("more_body", False):
             self._line(self.buffer.strip())
-            self.outcome.e2e = time.perf_counter() - self.started
+            self.outcome.e2e = monotonic() - self.started
             self.done.set()
 
     def _whole(self, raw: bytes) -> None:
@@ -219,7 +219,7 @@ class _Exchange:
         usage = answer.get("usage") if isinstance(answer, dict) else None
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self.outcome.output_tokens = usage["completion_tokens"]
-            self.outcome.ttft = time.perf_counter() - self.started
+            self.outcome.ttft = monotonic() - self.started
         else:
             self.outcome.error = "answer without usage"
 
@@ -244,7 +244,7 @@ class _Exchange:
         for choice in event.get("choices") or []:
             text = choice.get("delta", {}).get("content") if self.chat else choice.get("text")
             if text and self.outcome.ttft is None:
-                self.outcome.ttft = time.perf_counter() - self.started
+                self.outcome.ttft = monotonic() - self.started
 
 
 def stream_bodies(trace: Trace, spec: FleetSpec, model: str) -> dict[tuple[int, int], list[bytes]]:
@@ -279,7 +279,7 @@ async def post(
     path = "/v1/chat/completions" if cls.endpoint == "chat" else "/v1/completions"
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
     scope = http_scope("POST", path, headers)
-    exchange = _Exchange(Outcome(cls.name, sent_at=sent_at), time.perf_counter(), cls.endpoint == "chat")
+    exchange = _Exchange(Outcome(cls.name, sent_at=sent_at), monotonic(), cls.endpoint == "chat")
     exchange.stream = streamed
     delivered = False
 
@@ -293,7 +293,7 @@ async def post(
 
     await app(scope, receive, exchange.send)
     if not exchange.done.is_set():
-        exchange.outcome.e2e = time.perf_counter() - exchange.started
+        exchange.outcome.e2e = monotonic() - exchange.started
         exchange.done.set()
     return exchange.outcome
 

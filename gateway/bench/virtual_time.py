@@ -46,6 +46,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         selector = _Selector()
         super().__init__(selector)
         selector.loop = self
+        self.simulated_time = True  # gateway/clock.py reads this loop's clock instead of the machine's
         self._now = start
         self.threads_busy = 0
         self._parked: set[Callable[..., Any]] = set()

@@ -18,13 +18,13 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 
 import orjson
 
 from gateway.backends.inflight import InFlight
 from gateway.backends.registry import Registry
+from gateway.clock import monotonic
 from gateway.proxy.exchange import Exchange, Job
 from gateway.proxy.stream import SseMeter, usage_counts
 from gateway.records import RequestRecord
@@ -50,7 +50,7 @@ class DeviceTime:
     """
 
     def __init__(
-        self, counts: InFlight, devices: Mapping[str, str | None], clock: Clock = time.perf_counter
+        self, counts: InFlight, devices: Mapping[str, str | None], clock: Clock = monotonic
     ) -> None:
         self._counts = counts
         self._device = {backend: device for backend, device in devices.items() if device is not None}
@@ -114,7 +114,7 @@ class Accounting:
                 backend, job.profile, record.inflight_at_dispatch, job.stream, shared_at_dispatch
             )
         if record.attempts == 1:
-            record.overhead = time.perf_counter() - job.started - record.queue_wait
+            record.overhead = monotonic() - job.started - record.queue_wait
         if not exchange.dispatched:
             exchange.dispatched = True
             for listener in self.on_dispatch:
@@ -167,7 +167,7 @@ def take_usage(record: RequestRecord, payload: bytes) -> None:
 
 def take_stream_measures(record: RequestRecord, meter: SseMeter, started: float) -> None:
     """What a relayed stream measured: tokens, TTFT, inter-token gaps and TPOT, an upstream error."""
-    end = time.perf_counter()
+    end = monotonic()
     if meter.error is not None and record.error is None:
         record.error = str(meter.error.get("message", "upstream error frame"))
     if meter.usage is not None:

@@ -15,10 +15,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from gateway.backends.inflight import Hold
 from gateway.backends.registry import Registry, Status
+from gateway.clock import monotonic
 from gateway.proxy.admission import Refused, Slot
 from gateway.proxy.breaker import Outcome, Ticket
 from gateway.proxy.exchange import AttemptFailed, Job
@@ -34,13 +34,14 @@ Taken = Slot | Hold  # a backend with this request counted on it; released when 
 
 class Tries:
     """One request's attempts so far: where they went, in order, the last failure, and the backends whose
-    latest failure proves no death (they may serve again soon). `started` (perf_counter) is when its
-    waits count from: the request's arrival, or the break of a stream being continued (`after_cut`)."""
+    latest failure proves no death (they may serve again soon). `started` (gateway.clock.monotonic) is
+    when its waits count from: the request's arrival, or the break of a stream being continued
+    (`after_cut`)."""
 
     __slots__ = ("tried", "last", "may_recover", "first_5xx", "started", "cut")
 
     def __init__(self, started: float | None = None) -> None:
-        self.started = time.perf_counter() if started is None else started
+        self.started = monotonic() if started is None else started
         self.cut: str | None = None  # why the stream being continued broke
         self.tried: list[str] = []
         self.last: AttemptFailed | None = None
@@ -89,7 +90,7 @@ class Failover:
         """The loop time by which the request's first content must have come; None: unbounded."""
         if self.first_content_s is None:
             return None
-        left = self.first_content_s - (time.perf_counter() - tries.started)
+        left = self.first_content_s - (monotonic() - tries.started)
         return asyncio.get_running_loop().time() + left
 
     async def next(self, job: Job, tries: Tries) -> Taken | Refused:
@@ -162,7 +163,7 @@ class Failover:
 
     def _first_content_spent(self, tries: Tries) -> bool:
         limit = self.first_content_s
-        return limit is not None and time.perf_counter() - tries.started >= limit
+        return limit is not None and monotonic() - tries.started >= limit
 
     def _is_ready(self, backend: str) -> bool:
         state = self.registry.backends[backend]
@@ -214,4 +215,4 @@ def _queue_time_left(tries: Tries, reliability: Reliability) -> float:
     """What is left of the request's queue deadline, counted from its arrival (or the break of the stream
     being continued)."""
     timeout = reliability.admission.config.queue_timeout_seconds
-    return timeout - (time.perf_counter() - tries.started)
+    return timeout - (monotonic() - tries.started)

@@ -13,10 +13,11 @@ Time is read from an injected clock (`Callable[[], float]`, monotonic seconds) s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
+
+from gateway.clock import monotonic
 
 Outcome = Literal["success", "failure", "backpressure", "client_error"]
 StateName = Literal["closed", "open", "half_open"]
@@ -136,7 +137,7 @@ class Ticket:
 class CircuitBreaker:
     """The breaker of one backend. Not thread-safe; meant for one event loop."""
 
-    def __init__(self, config: BreakerConfig | None = None, clock: Clock = time.monotonic) -> None:
+    def __init__(self, config: BreakerConfig | None = None, clock: Clock = monotonic) -> None:
         self.config = config or BreakerConfig()
         self._clock = clock
         self._state: StateName = "closed"
@@ -256,7 +257,7 @@ class Breakers:
     """The breakers of all configured backends, made by the composition root (one per backend name)."""
 
     def __init__(
-        self, names: Iterable[str], config: BreakerConfig | None = None, clock: Clock = time.monotonic
+        self, names: Iterable[str], config: BreakerConfig | None = None, clock: Clock = monotonic
     ) -> None:
         self._config = config or BreakerConfig()
         self._clock = clock

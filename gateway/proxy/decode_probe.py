@@ -24,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from gateway.clock import monotonic
 from gateway.proxy.stream import SseMeter, usage_counts
 from gateway.proxy.upstream import UpstreamError, UpstreamTransport
 from gateway.records import Sample
@@ -67,7 +67,7 @@ class DecodeProbes:
         *,
         inflight: Callable[[str], int],
         shared_seconds: Callable[[str], float],
-        clock: Callable[[], float] = time.perf_counter,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self.transport = transport
         self.targets = dict(targets)

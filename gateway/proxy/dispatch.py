@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from gateway.backends.registry import Registry
+from gateway.clock import monotonic
 from gateway.proxy import relay
 from gateway.proxy.accounting import Accounting, DispatchListener, Observer
 from gateway.proxy.admission import Refused
@@ -135,7 +135,7 @@ class Dispatcher:
         finally:
             self.live.discard(exchange)
             watcher.cancel()
-            record.e2e = time.perf_counter() - job.started
+            record.e2e = monotonic() - job.started
             self.accounting.finish(record)
         return record
 
@@ -144,9 +144,9 @@ class Dispatcher:
         tries = Tries(job.started)
         try:
             while True:  # bounded by max_attempts and, when waiting for a comeback, the queue deadline
-                queued_at = time.perf_counter()
+                queued_at = monotonic()
                 taken = await self.failover.next(job, tries)
-                record.queue_wait += time.perf_counter() - queued_at
+                record.queue_wait += monotonic() - queued_at
                 if isinstance(taken, Refused):
                     if exchange.streaming or tries.last is None or taken.code != NO_BACKEND_LEFT:
                         await self._unanswerable(exchange, tries, relay.refuse(exchange, taken))

@@ -31,7 +31,7 @@ class Job:
     pool: PoolConfig
     body: dict[str, Any]
     raw: bytes
-    started: float  # perf_counter at arrival
+    started: float  # gateway.clock.monotonic at arrival
     profile: str
     ranked: Sequence[str]
     stream: bool = False

@@ -38,12 +38,12 @@ set insertion per attempt and nothing per chunk: content is noticed from the str
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.backends.registry import Registry, Status
+from gateway.clock import monotonic
 from gateway.proxy.stream import SseMeter
 from gateway.settings import StallSettings
 
@@ -64,7 +64,7 @@ class Watched:
     backend: str
     stream: bool
     started: float  # the watch's clock
-    sent: float  # perf_counter, the stream meter's clock
+    sent: float  # gateway.clock.monotonic, the stream meter's clock
     prompt_tokens: int
     # Set while it may be cut: waiting for its first content (cutting it fails over), or a stream under
     # way (`committed`: cutting it ends the stream with an error frame).
@@ -109,7 +109,7 @@ class StallWatch:
     def enter(self, backend: str, stream: bool, body_bytes: int) -> Watched:
         """An attempt is about to be sent to `backend`."""
         now = self.clock()
-        watched = Watched(backend, stream, now, time.perf_counter(), body_bytes // BYTES_PER_TOKEN)
+        watched = Watched(backend, stream, now, monotonic(), body_bytes // BYTES_PER_TOKEN)
         watched.last_seen = now
         b = self._backends.setdefault(backend, _Backend())
         if not b.attempts:

@@ -25,11 +25,12 @@ starting), a `response.*.delta` with text, reasoning or tool arguments, is conte
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
+
+from gateway.clock import monotonic
 
 _CONTENT_KEYS = ("content", "reasoning", "reasoning_content", "tool_calls", "function_call")
 # Typed events that carry generated content: Messages deltas, Responses text, reasoning and tool deltas.
@@ -58,7 +59,7 @@ class SseMeter:
     def __init__(
         self,
         strip_usage: bool,
-        clock: Callable[[], float] = time.perf_counter,
+        clock: Callable[[], float] = monotonic,
         transcript: Transcribes | None = None,
     ) -> None:
         self.strip_usage = strip_usage

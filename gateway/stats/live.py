@@ -12,12 +12,12 @@ never divided by a token count and never mixed into per-token speed.
 from __future__ import annotations
 
 import math
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gateway.clock import epoch
 from gateway.records import Sample
 
 Clock = Callable[[], float]
@@ -120,7 +120,7 @@ class LiveRecorder:
         max_age_s: float = 600.0,
         max_samples: int = 256,
         max_cells: int = 512,
-        clock: Clock = time.time,
+        clock: Clock = epoch,
     ) -> None:
         if max_age_s <= 0 or max_samples < 1 or max_cells < 1:
             raise ValueError("max_age_s, max_samples and max_cells must be positive")

@@ -14,11 +14,11 @@ The hot path pays a dict insertion and removal per attempt; the reading happens 
 from __future__ import annotations
 
 import statistics
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from gateway.clock import monotonic
 from gateway.records import InFlight, Progress
 
 # Requests of one backend handed to the router per view: the longest-running first. A batch of an engine
@@ -36,7 +36,7 @@ Clock = Callable[[], float]
 
 
 class Meter(Protocol):
-    """What the SSE meter (proxy/stream.py) measures of a stream so far, on the `perf_counter` clock."""
+    """What the SSE meter (proxy/stream.py) measures of a stream so far, on gateway/clock.py's clock."""
 
     @property
     def first_token_at(self) -> float | None: ...
@@ -60,7 +60,7 @@ class Attempt:
         self.profile = profile
         self.concurrency = concurrency
         self.stream = stream
-        self.sent = sent  # perf_counter, the stream meter's clock
+        self.sent = sent  # gateway.clock.monotonic, the stream meter's clock
         self.shared_at = shared_at  # the backend's device-shared seconds when it was sent
         self.meter: Meter | None = None
         # (clock, device-shared seconds) readings taken when viewed, oldest first: the share over any
@@ -72,7 +72,7 @@ class ProgressBook:
     """The attempts in flight per backend. `shared_seconds` is the dispatcher's device-time reading
     (accounting.DeviceTime), set when the book is attached to it."""
 
-    def __init__(self, clock: Clock = time.perf_counter) -> None:
+    def __init__(self, clock: Clock = monotonic) -> None:
         self.clock = clock
         self.shared_seconds: Callable[[str], float] = lambda backend: 0.0
         self._attempts: dict[str, dict[Attempt, None]] = {}  # backend -> attempts, oldest first
