@@ -60,9 +60,8 @@ class ScrapeResult:
     metrics: EngineMetrics
     acceptance: SpecAcceptance | None  # since the previous good scrape (first scrape: since start)
     acceptance_total: SpecAcceptance | None  # since the engine started
-    # Requests waiting in this report and the previous good one (the smaller count; the first report:
-    # its own). A request that arrived since the engine's last step waits in one report and runs by the
-    # next, on an engine with room (vLLM admits at the next step); a queue shows in both.
+    # Requests queued (persisting_queue): waiting in this report and the previous good one, on an engine
+    # that runs as many requests as it ever has.
     queued: float | None = None
 
     def age(self, now: float) -> float:
@@ -92,6 +91,7 @@ class MetricsScraper:
         self._clock = clock
         self._targets: dict[str, ScrapeTarget] = {}
         self._latest: dict[str, ScrapeResult] = {}
+        self._most_running: dict[str, float] = {}  # per backend: the most requests its engine ran at once
         self._failures: dict[str, FailureLog] = {}  # per backend: its current failure, logged once
         self.listener: ControlPlaneListener | None = None  # told of every scrape answered or timed out
         self._task = BackgroundTask(
@@ -104,6 +104,8 @@ class MetricsScraper:
         before, self._targets = self._targets, {t.backend: t for t in targets}
         for gone in set(self._latest) - set(self._targets):
             del self._latest[gone]
+        for changed in [name for name in self._most_running if before.get(name) != self._targets.get(name)]:
+            del self._most_running[changed]  # another engine may have another limit
         for changed in [name for name in self._failures if before.get(name) != self._targets.get(name)]:
             del self._failures[changed]  # gone, or another target: its failures were the old one's
 
@@ -168,13 +170,15 @@ class MetricsScraper:
             if self._targets.get(target.backend) != target:
                 return  # the target was removed or changed while the fetch was in flight
             previous = self._latest.get(target.backend)
+            most = max(self._most_running.get(target.backend, 0.0), metrics.running or 0.0)
+            self._most_running[target.backend] = most
             result = ScrapeResult(
                 backend=target.backend,
                 taken_at=self._clock(),
                 metrics=metrics,
                 acceptance=acceptance_between(previous.metrics if previous else None, metrics),
                 acceptance_total=acceptance_between(None, metrics),
-                queued=persisting_queue(previous.metrics if previous else None, metrics),
+                queued=persisting_queue(previous.metrics if previous else None, metrics, most),
             )
         except asyncio.CancelledError:
             raise
@@ -202,9 +206,30 @@ class MetricsScraper:
         return failures
 
 
-def persisting_queue(previous: EngineMetrics | None, latest: EngineMetrics) -> float | None:
-    """Requests waiting in both reports (the smaller count), or the latest's when there is no previous."""
-    if previous is None or previous.waiting is None or latest.waiting is None:
+# KV cache use from which an engine's waiting requests are a queue even while it runs fewer than it has:
+# it cannot admit them for want of cache (vLLM preempts and requeues near a full pool).
+KV_FULL = 0.9
+
+
+def persisting_queue(
+    previous: EngineMetrics | None, latest: EngineMetrics, most_running: float = 0.0
+) -> float | None:
+    """Requests that queue in the engine: waiting in both reports (the smaller count; the latest's when
+    there is no previous), on an engine running as many requests as it ever has (`most_running`) or with
+    its KV cache nearly full.
+
+    A request that arrived during the engine's current step waits until the next one (vLLM admits at the
+    step's end): one report shows it, and under steady arrivals every report may show another one. An
+    engine that has run more requests at once than it runs now, with cache to spare, admits it then; that
+    wait is a step, not a queue to route around (a spill onto another engine of the device would slow
+    both for the whole request). An engine at its most, or out of cache, is where waiting means queueing.
+    """
+    if latest.waiting is None:
+        return None
+    room = latest.running is not None and latest.running < most_running
+    if room and (latest.kv_usage is None or latest.kv_usage < KV_FULL):
+        return 0.0
+    if previous is None or previous.waiting is None:
         return latest.waiting
     return min(previous.waiting, latest.waiting)
 

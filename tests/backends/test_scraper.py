@@ -12,14 +12,16 @@ import pytest
 from gateway.backends.scraper import MetricsScraper, ScrapeTarget
 
 
-def _vllm_text(waiting: int, drafts: int, draft_tokens: int, accepted: int) -> str:
+def _vllm_text(
+    waiting: int, drafts: int, draft_tokens: int, accepted: int, running: int = 4, kv: float = 0.5
+) -> str:
     return (
         "# TYPE vllm:num_requests_running gauge\n"
-        'vllm:num_requests_running{engine="0",model_name="m"} 4\n'
+        f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
         "# TYPE vllm:num_requests_waiting gauge\n"
         f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}\n'
         "# TYPE vllm:kv_cache_usage_perc gauge\n"
-        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {kv}\n'
         "# TYPE vllm:spec_decode_num_drafts_total counter\n"
         f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}\n'
         "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
@@ -95,6 +97,26 @@ async def test_the_router_sees_a_queue_only_once_it_shows_in_two_reports_running
         seen.append((latest.metrics.waiting, hint.waiting))
         clock.t += 1.0
     assert seen == [(0.0, 0.0), (1.0, 0.0), (0.0, 0.0), (3.0, 0.0), (5.0, 3.0)]
+
+
+async def test_waiting_on_an_engine_that_has_run_more_at_once_is_no_queue_unless_its_cache_is_full() -> None:
+    """Under steady arrivals every report may catch another request waiting for the engine's next step;
+    an engine that has run more requests at once, with cache to spare, admits it then."""
+    fetch, clock = ScriptedFetch(), FakeClock()
+    reports = [(0, 16, 0.2), (1, 15, 0.2), (1, 15, 0.2), (2, 16, 0.2), (2, 16, 0.2), (3, 12, 0.95)]
+    fetch.bodies[A.url] = [_vllm_text(w, 1, 2, 1, running=r, kv=kv) for w, r, kv in reports]
+    fetch.bodies[A.url].append(_vllm_text(3, 1, 2, 1, running=12, kv=0.95))
+    scraper = MetricsScraper([A], fetch, interval_s=1.0, clock=clock)
+    queues: list[float | None] = []
+    for _ in range(7):
+        await scraper.scrape_once()
+        hint = scraper.hint("mtp")
+        assert hint is not None
+        queues.append(hint.waiting)
+        clock.t += 1.0
+    # 15 running after 16: room, whatever waits; 16 again (its most) with 2 waiting twice: a queue; 12
+    # running with the cache 95 % full: a queue too.
+    assert queues == [0.0, 0.0, 0.0, 1.0, 2.0, 2.0, 3.0]
 
 
 async def test_data_goes_stale_after_three_intervals_without_a_good_scrape() -> None:
