@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 
 def monotonic() -> float:
@@ -22,6 +23,16 @@ def monotonic() -> float:
     except RuntimeError:
         return time.monotonic()
     return loop.time() if getattr(loop, "simulated_time", False) else time.monotonic()
+
+
+def reader() -> Callable[[], float]:
+    """`monotonic()`'s clock itself, chosen once: for a reader on the hot path (the stream meter reads it
+    per chunk), which then skips the loop lookup each call costs (several hundred ns against ~100)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return time.monotonic
+    return loop.time if getattr(loop, "simulated_time", False) else time.monotonic
 
 
 def epoch() -> float:

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.clock import monotonic
+from gateway.clock import reader
 
 _CONTENT_KEYS = ("content", "reasoning", "reasoning_content", "tool_calls", "function_call")
 # Typed events that carry generated content: Messages deltas, Responses text, reasoning and tool deltas.
@@ -59,11 +59,11 @@ class SseMeter:
     def __init__(
         self,
         strip_usage: bool,
-        clock: Callable[[], float] = monotonic,
+        clock: Callable[[], float] | None = None,
         transcript: Transcribes | None = None,
     ) -> None:
         self.strip_usage = strip_usage
-        self.clock = clock
+        self.clock = clock if clock is not None else reader()  # read per chunk: chosen once
         self.transcript = transcript  # told every frame with `choices`, for a stream that may be resumed
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None

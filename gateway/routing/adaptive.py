@@ -48,9 +48,10 @@ prompts, and waits for its own samples). It borrows only where that fit holds mi
 content (own_content): a speed learned on novel prose says nothing of a speculative engine on repetitive
 text, and would outrank the prior. Still short, a backend alone on its device is predicted with its
 best-measured peer's model at its own load (routing/peers.py): not measured is not slower, so it takes load
-as least-in-flight would until its own min_samples answers speak for it. With no backend measured at all,
-the backends alone on their devices have their prior levelled (peers.levelled_prior): load ranks them,
-the prefer order breaks ties, so a burst on a fresh profile is not all sent where the prefer order points.
+as least-in-flight would until its own min_samples answers speak for it. With no backend measured at all
+and the preferred one running a batch, the backends alone on their devices have their prior levelled
+(peers.levelled_prior): load ranks them, the prefer order breaks ties, so a burst on a fresh profile is
+not all sent where the prefer order points.
 
 Exploration (routing/exploring.py): while some backend other than the predicted winner is short of
 min_samples for the profile, a paced share epsilon of its requests measures the least measured of them,

@@ -30,6 +30,8 @@ from gateway.routing.harm import DeviceLoad
 # How much of the prefer order a levelled prior keeps: enough to break a tie of load, far less than one
 # request in flight more weighs in the load score (routing/scorers.py, 1 / (1 + in-flight)).
 TIE_BREAK = 1e-3
+# The preferred backend's requests in flight from which an unmeasured profile's prior is levelled: a batch.
+LEVEL_FROM_INFLIGHT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +85,28 @@ def levelled_prior(
     min_samples: int,
 ) -> dict[str, float]:
     """The prior, with every backend alone on its device levelled to (nearly) 1 while no backend is
-    measured on this request's content: with no peer to borrow from, the backends are still assumed as
-    fast as each other, so load ranks them as least-in-flight would and the prefer order only breaks
-    ties. A burst arriving before any cell holds min_samples answers would otherwise all go where the
-    prefer order points, the other engines idle, and on engines of their own devices that costs what a
-    blind balancer does not."""
-    if _measured(models, repetition, min_samples):
+    measured on this request's content and the preferred one already runs a batch: with no peer to
+    borrow from, the backends are still assumed as fast as each other, so load ranks them as
+    least-in-flight would and the prefer order only breaks ties. A burst arriving before any cell holds
+    min_samples answers would otherwise all go where the prefer order points, the other engines idle,
+    and on engines of their own devices that costs what a blind balancer does not. Below a batch
+    (LEVEL_FROM_INFLIGHT) the prefer order stands: a second request costs an engine little (decode reads
+    the weights once per step, whatever the batch), while the policy's reasons for its order (content,
+    speculation) are what nothing measured yet can weigh: spark-pair-spec-content's second user sent to
+    the n-gram engine waited twice as long for prose."""
+    preferred = max(prior, key=prior.__getitem__, default=None)
+    if _measured(models, repetition, min_samples) or _inflight(preferred, device) < LEVEL_FROM_INFLIGHT:
         return dict(prior)
     return {
         name: 1.0 - TIE_BREAK * (1.0 - value) if len(device.get(name, ())) == 1 else value
         for name, value in prior.items()
     }
+
+
+def _inflight(backend: str | None, device: Mapping[str, Sequence[DeviceLoad]]) -> int:
+    """Requests in flight on `backend`, as its device's loads count them (0 when not a candidate)."""
+    loads = device.get(backend, ()) if backend is not None else ()
+    return next((load.inflight for load in loads if load.backend == backend), 0)
 
 
 def carried(fit: Fit | None, guide: Fit | None, concurrency: float) -> Fit | None:

@@ -72,12 +72,14 @@ def test_answers_too_few_to_rank_it_still_end_the_assumption_when_they_are_slowe
     assert first(router(y_tpot=0.014, y_answers=2), x_inflight=3) == "y"
 
 
-def test_with_no_backend_measured_a_burst_splits_as_least_in_flight_would() -> None:
+def test_with_no_backend_measured_a_burst_splits_as_least_in_flight_would_from_a_batch_on() -> None:
     # x holds 3 answers and y none: no peer to borrow from, yet neither is known to be slower, so load
     # ranks them and the prefer order only breaks a tie (a burst does not all go to the prior's first).
     blind = router(x_answers=3)
     assert first(blind, x_inflight=0) == "x"
-    assert first(blind, x_inflight=1) == "y"
+    # A second request costs x little and the policy may know why y is worse for it: the order stands.
+    assert first(blind, x_inflight=1) == "x"
+    assert first(blind, x_inflight=2) == "y"  # from a batch on, load ranks them
     assert first(blind, x_inflight=9, y_inflight=8) == "y"
     assert first(blind, x_inflight=8, y_inflight=9) == "x"
     # On one device, spreading a burst over two engines is contention, not balance: the prior ranks.
