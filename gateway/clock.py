@@ -18,11 +18,7 @@ from collections.abc import Callable
 
 def monotonic() -> float:
     """Seconds on a monotonic clock: the running loop's if it keeps simulated time, else the machine's."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return time.monotonic()
-    return loop.time() if getattr(loop, "simulated_time", False) else time.monotonic()
+    return reader()()
 
 
 def reader() -> Callable[[], float]:
