@@ -26,6 +26,9 @@ class InFlight:
     # they were served beside (None: no gaps yet). A neighbour busy only lately slows the newest gaps, not
     # the whole request's share; read against `device_share` they would look like a slow-down.
     recent_share: float | None = None
+    # Requests sent to its backend during the span of those newest gaps: each one's prefill ran in some of
+    # those steps, so with many the gaps measure admissions, not the decode pace.
+    recent_arrivals: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ than predicted. So, per backend, pure functions on plain data:
   backend's in-flight count, never below the load it met at dispatch) and at the device share it has met
   so far. Not whether a neighbour is busy at this instant: the newest gaps were served over the last
   seconds, and a neighbour that has just taken its first request would read the whole pace as contended
-  (traffic leaving a slowed engine would hide the slow-down it is leaving for).
+  (traffic leaving a slowed engine would hide the slow-down it is leaving for). Nor from gaps served
+  while a wave of requests arrived at the backend (MAX_ARRIVALS): their prefill ran in those steps.
 - Waiting. A request with no content yet, waiting longer than its profile's predicted TTFT, is at least
   elapsed / predicted slower (a stream); a whole (non-streamed) one, elapsed / predicted e2e. A shorter
   wait says nothing yet and is left out.
@@ -75,6 +76,11 @@ PACE_CHANGE = 1.5
 # lengthens by the prefill of every request behind it (read at three frames, a burst of 16 on a healthy
 # engine looked 3-5x slower than its fits).
 MIN_FRAMES = 32
+# A stream's newest gaps (16 of them: stats/progress.RECENT_GAPS) say nothing of the decode pace once this
+# many requests arrived at its backend while they were served: each one's prefill lengthens a step or more
+# (a burst, or the next wave of a closed loop, read 1.6-2.4x a healthy engine's fit), and their median
+# moves once half the steps are lengthened; a quarter leaves room for prompts prefilled over two steps.
+MAX_ARRIVALS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +252,8 @@ def live_ratios(
         factor = shift if model.regime_run <= 0 else 1.0  # what the fits hold already
         paced = pace(r.profile)
         if r.recent_itl_s is not None and r.frames >= MIN_FRAMES:
+            if r.recent_arrivals >= MAX_ARRIVALS:
+                continue  # its newest steps ran the newcomers' prefill
             load = max(progress.inflight, r.concurrency)
             share = r.device_share if r.recent_share is None else r.recent_share  # what its gaps met
             fit = paced.fit if paced.covers(load, share) else None  # a load never measured: no fit

@@ -14,6 +14,7 @@ The hot path pays a dict insertion and removal per attempt; the reading happens 
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -98,10 +99,12 @@ class ProgressBook:
         now = self.clock()
         shared_now = self.shared_seconds(backend)
         oldest = [a for a, _ in zip(attempts, range(MAX_VIEW), strict=False)]  # insertion order: oldest first
-        return Progress(len(attempts), tuple(_record(a, now, shared_now) for a in oldest))
+        sent = [a.sent for a in attempts]  # ascending, as the attempts were sent
+        return Progress(len(attempts), tuple(_record(a, now, shared_now, sent) for a in oldest))
 
 
-def _record(attempt: Attempt, now: float, shared_now: float) -> InFlight:
+def _record(attempt: Attempt, now: float, shared_now: float, sent: Sequence[float]) -> InFlight:
+    """`sent`: when each attempt in flight on the backend was sent, ascending."""
     elapsed = max(0.0, now - attempt.sent)
     share = _share(attempt.sent, attempt.shared_at, now, shared_now)
     meter = attempt.meter
@@ -124,7 +127,13 @@ def _record(attempt: Attempt, now: float, shared_now: float) -> InFlight:
         frames=meter.content_frames,
         recent_itl_s=statistics.median(gaps) if gaps else None,
         recent_share=recent,
+        recent_arrivals=_sent_since(sent, now - span, attempt) if gaps else 0,
     )
+
+
+def _sent_since(sent: Sequence[float], start: float, attempt: Attempt) -> int:
+    """How many of the attempts sent at `sent` (ascending) were sent at or after `start`, `attempt` aside."""
+    return len(sent) - bisect_left(sent, start) - (attempt.sent >= start)
 
 
 def _reading_before(attempt: Attempt, start: float) -> tuple[float, float]:

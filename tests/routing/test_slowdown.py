@@ -3,12 +3,21 @@ that the device share explains not counted, and one profile's shift applied to t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gateway.records import InFlight, Progress, Sample
 from gateway.routing.cells import CellModel, build_model
 from gateway.routing.regime import expect
-from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, scaled
+from gateway.routing.slowdown import (
+    MAX_ARRIVALS,
+    DecodePace,
+    Slowdown,
+    decode_pace,
+    engine_slowdown,
+    scaled,
+)
 
 
 def stream_samples(itl: float, n: int = 12, shared: bool = False) -> list[Sample]:
@@ -50,6 +59,16 @@ def test_a_load_its_streams_never_met_is_not_a_slow_down() -> None:
     samples = stream_samples(0.020)  # measured up to 8 in flight
     assert slowdown(samples, streaming(0.026 * 2.5, 6)) > 2.0
     assert slowdown(samples, streaming(0.026 * 2.5, 12)) == 1.0  # 12 in flight: beyond what the fit knows
+
+
+def test_streams_whose_newest_steps_ran_a_burst_of_prefills_say_nothing_of_the_pace() -> None:
+    samples = stream_samples(0.020)
+    slow = streaming(0.026 * 2.5, 6)
+    assert slowdown(samples, slow) > 2.0
+    # The same gaps while a wave of new requests arrived: their prefill lengthened the steps.
+    admitting = [replace(r, recent_arrivals=MAX_ARRIVALS) for r in slow]
+    assert slowdown(samples, admitting) == 1.0
+    assert slowdown(samples, [replace(r, recent_arrivals=MAX_ARRIVALS - 1) for r in slow]) > 2.0
 
 
 def test_a_single_slow_request_is_not_a_slow_down() -> None:

@@ -71,3 +71,20 @@ def test_the_pace_is_the_median_of_the_newest_gaps_and_its_share_is_theirs() -> 
     # The newest gaps span 2.75 s: read from the reading at 19 s, the last one before their start, the
     # neighbour was busy 2 of the last 3 s (the whole request's share would say 1 in 11).
     assert seen.recent_share == 2.0 / 3.0
+
+
+def test_a_stream_counts_the_requests_sent_to_its_backend_while_its_newest_gaps_were_served() -> None:
+    now = [0.0]
+    book, attempt = one_attempt(now, {"x": 0.0}, concurrency=1)
+    now[0] = 5.0
+    book.started("x", "chat", concurrency=2, stream=True, shared_at=0.0)  # before its newest gaps began
+    now[0] = 9.0
+    for _ in range(3):  # a burst while they were served
+        book.started("x", "chat", concurrency=3, stream=True, shared_at=0.0)
+    book.started("y", "chat", concurrency=1, stream=True, shared_at=0.0)  # another backend's
+    now[0] = 10.0
+    attempt.meter = FakeMeter(first_token_at=1.0, content_frames=40, itl=[0.25] * 39)  # the last 4 s: 16 gaps
+    seen = book.view("x").requests[0]
+    assert seen.recent_arrivals == 3
+    attempt.meter.itl = [0.25] * 20 + [0.05] * 16  # its newest gaps span the last 0.8 s: none arrived then
+    assert book.view("x").requests[0].recent_arrivals == 0
