@@ -42,16 +42,18 @@ cell. An engine seen slower than its own fits by more than `tolerance` (routing/
 the others in the prior (verdict.demoted): the prefer order speaks of healthy engines, and a profile never
 measured would otherwise follow it onto a throttled one. `tolerance` keeps noise from flipping decisions: a
 5 % gap moves the score by 0.15, not by 1. For a `tokens_per_second` profile a backend whose cell is still
-under min_samples borrows its all-profile fit: decode speed at a load is the engine's, whatever the prompt,
-so one already measured elsewhere is not ranked blind (a TTFT or e2e objective depends on the profile's
-prompts, and waits for its own samples). It borrows only where that fit holds min_samples of the request's
-content (own_content): a speed learned on novel prose says nothing of a speculative engine on repetitive
-text, and would outrank the prior. Still short, a backend alone on its device is predicted with its
-best-measured peer's model at its own load (routing/peers.py): not measured is not slower, so it takes load
-as least-in-flight would until its own min_samples answers speak for it. With no backend measured at all
-and the preferred one running a batch, the backends alone on their devices have their prior levelled
-(peers.levelled_prior): load ranks them, the prefer order breaks ties, so a burst on a fresh profile is
-not all sent where the prefer order points.
+under min_samples borrows its all-profile fit: decode speed at a load is the engine's, whatever the prompt, so
+one already measured elsewhere is not ranked blind (a TTFT or e2e objective depends on the profile's prompts,
+and waits for its own samples). Beside a neighbour on its device it borrows the profile's model of the peer
+that measured it instead, times how much slower it decodes than that peer where both measured
+(peers.decode_ratio): its own fit knows only the loads and prompts it happened to serve. It borrows only where
+that fit holds min_samples of the request's content (own_content): a speed learned on novel prose says nothing
+of a speculative engine on repetitive text, and would outrank the prior. Still short, a backend alone on its
+device is predicted with its best-measured peer's model at its own load (routing/peers.py): not measured is
+not slower, so it takes load as least-in-flight would until its own min_samples answers speak for it. With no
+backend measured at all and the preferred one running a batch, the backends alone on their devices have their
+prior levelled (peers.levelled_prior): load ranks them, the prefer order breaks ties, so a burst on a fresh
+profile is not all sent where the prefer order points.
 
 Exploration (routing/exploring.py): while some backend other than the predicted winner is short of
 min_samples for the profile, a paced share epsilon of its requests measures the least measured of them,
@@ -86,7 +88,14 @@ from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
 from gateway.routing.exploring import Explorer, probe_instead
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
-from gateway.routing.peers import Borrowed, borrowed_from_peers, carried_model, levelled_prior, widest
+from gateway.routing.peers import (
+    Borrowed,
+    borrowed_from_peers,
+    carried_model,
+    decode_ratio,
+    levelled_prior,
+    widest,
+)
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
 from gateway.routing.shared_device import charged, claims, device_members, holders, steady_states
@@ -197,14 +206,10 @@ class AdaptiveScorer:
         device: Mapping[str, Sequence[DeviceLoad]],
     ) -> Verdict:
         config = PredictConfig(min_samples=ctx.adaptive.min_samples)
+        chosen = {b.name: self._model(ctx, b, cells, len(device[b.name]) > 1) for b in backends}
         models = {
-            b.name: own_content(
-                self._model(ctx, b.name, cells[b.name], device[b.name]),
-                cells[b.name].model,
-                ctx.features.repetition,
-                config.min_samples,
-            )
-            for b in backends
+            name: own_content(model, cells[name].model, ctx.features.repetition, config.min_samples)
+            for name, (model, _) in chosen.items()
         }
         steady = steady_states(ctx, models, device, config)
         borrowed = borrowed_from_peers(models, device, ctx.features.repetition, config.min_samples)
@@ -218,6 +223,7 @@ class AdaptiveScorer:
                 config,
                 self._unrefuted(ctx, b, models[b.name], device[b.name], borrowed.get(b.name)),
                 guide if len(device[b.name]) == 1 else None,
+                note=chosen[b.name][1],
             )
             for b in backends
         ]
@@ -370,9 +376,11 @@ class AdaptiveScorer:
         config: PredictConfig,
         borrowed: Borrowed | None = None,
         guide: CellModel | None = None,
+        note: str | None = None,
     ) -> Prediction:
         """`borrowed`: the peer's model stands for this backend's (routing/peers.py); `guide`: a model that
-        saw higher loads, along which this one is carried beyond the loads it measured."""
+        saw higher loads, along which this one is carried beyond the loads it measured; `note`: where
+        `model` came from, when not from the cell (`_model`)."""
         hint = self.hints(backend.name) if self.hints is not None else None
         me = next(d for d in device if d.backend == backend.name)
         used = model
@@ -398,19 +406,65 @@ class AdaptiveScorer:
         said = slowed.describe(model) if slowed is not None else None
         if borrowed is not None:
             said = borrowed.why(model.samples, config.min_samples)
+        said = "; ".join(part for part in (note, said) if part) or None
         return prediction if said is None else replace(prediction, why=f"{prediction.why}; {said}")
 
     def _model(
-        self, ctx: RouteContext, backend: str, cell: CellView, device: Sequence[DeviceLoad]
-    ) -> CellModel:
-        """The cell's model, or for a tokens_per_second profile still under min_samples the backend's
-        all-profile one (decode speed is the engine's, whatever the prompt)."""
+        self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], shared: bool
+    ) -> tuple[CellModel, str | None]:
+        """The cell's model, or for a tokens_per_second profile still under min_samples: on a `shared`
+        device, the profile's model on the peer measured on it most, times how much slower this backend
+        decodes (`_relative`); else, or without such a peer, the backend's all-profile model (decode speed
+        is the engine's, whatever the prompt). A backend alone on its device is carried beyond the loads
+        that model measured along the widest-measured one (peers.carried); beside a neighbour it is not,
+        and its flat fit would promise a burst the speed of one request. The ratio serves only there: on
+        h100-inverted (a device each), where the speculative engine's deficit grows from 10 % at one user
+        to 55 % at sixteen, a ratio read at the loads both had measured sent it more of the 16-user phase
+        than the carried fit did (671 -> 663 tok/s). With it, what the model is (for the prediction's why)."""
+        cell = cells[b.name]
         min_samples = ctx.adaptive.min_samples
         if ctx.profile.objective != "tokens_per_second" or cell.model.samples >= min_samples:
-            return cell.model
-        engine = next(d.model for d in device if d.backend == backend)
-        if engine.samples < min_samples:
-            return cell.model
+            return cell.model, None
+        if shared and (relative := self._relative(ctx, b, cells)) is not None:
+            return relative
+        engine = self._engine(b.name, self.windows.now())
+        return (engine, None) if engine.samples >= min_samples else (cell.model, None)
+
+    def _relative(
+        self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView]
+    ) -> tuple[CellModel, str] | None:
+        """This profile's model on the peer measured on it most (on this request's content), scaled by
+        peers.decode_ratio over the other profiles both measured; None without such a peer or profile.
+        The all-profile model holds the loads and prompts this backend happened to serve: asked about a
+        16-way burst of long prompts it only measured one at a time on short ones, it answers flat, as
+        fast as one short prompt decodes."""
+        backend, min_samples = b.name, ctx.adaptive.min_samples
+        repetition = ctx.features.repetition
+        measured = [
+            (view.model.samples, name)
+            for name, view in cells.items()
+            if name != backend and view.model.measured_content(repetition, min_samples)
+        ]
+        if not measured:
+            return None
+        peer = max(measured)[1]
+        at = self.windows.now()
+        theirs = set(self.slowdowns.profiles(peer))
+        common = [p for p in self.slowdowns.profiles(backend) if p in theirs and p != ctx.profile.name]
+        pairs = [(self._cell(backend, p, at).model, self._cell(peer, p, at).model) for p in common]
+        load = b.inflight + 1  # the load it would meet
+        ratio = decode_ratio(pairs, min_samples, load)
+        if ratio is None:  # no profile both measured: their all-profile models, at a load both met
+            engines = (self._engine(backend, at), self._engine(peer, at))
+            ratio = decode_ratio([engines], min_samples, load)
+        if ratio is None:
+            return None
+        note = f"not measured on this profile: {peer}'s model x {ratio:.2g}, its decode pace against {peer}'s"
+        return scaled(cells[peer].model, ratio), note
+
+    def _engine(self, backend: str, at: float) -> CellModel:
+        """The backend's all-profile model, slowed as its engine is now."""
+        engine = self.cache.backend(self.windows, backend, at)
         slowed = self.slowdowns.latest(backend)
         return engine if slowed is None else scaled(engine, slowed.for_cell(engine))
 

@@ -36,6 +36,10 @@ class EngineSlowdowns:
         other._paces, other._profiles = self._paces, self._profiles
         return other
 
+    def profiles(self, backend: str) -> list[str]:
+        """The profiles `backend` was scored for (the newest MAX_PROFILES)."""
+        return list(self._profiles.get(backend, ()))
+
     def latest(self, backend: str) -> Slowdown | None:
         """The slow-down found last for `backend` (in the decision under way, once `of` has run)."""
         known = self._slowed.get(backend)

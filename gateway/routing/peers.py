@@ -20,6 +20,7 @@ backend's own steady state.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -143,3 +144,26 @@ def widest(models: Mapping[str, CellModel], min_samples: int) -> CellModel | Non
         if m.samples >= min_samples and m.tpot is not None
     ]
     return models[max(seen)[2]] if seen else None
+
+
+def decode_ratio(
+    pairs: Sequence[tuple[CellModel, CellModel]], min_samples: int, concurrency: float
+) -> float | None:
+    """How many times longer a backend's decode steps are than a peer's: over the profiles both measured
+    (`pairs`: its cell and the peer's, min_samples each), the median ratio of their TPOT fits at the load
+    both measured nearest `concurrency` (None: no such profile). Engines serving one model scale with
+    prompt and batch alike, so what a profile costs on the peer, times this, is what it costs here; the
+    ratio itself moves with load (a speculative engine's lead shrinks as its batch grows), so it is read
+    as near the load asked as was measured."""
+    ratios = []
+    for mine, theirs in pairs:
+        if min(mine.samples, theirs.samples) < min_samples or mine.tpot is None or theirs.tpot is None:
+            continue
+        low = max(mine.tpot.low_c, theirs.tpot.low_c)
+        high = min(mine.tpot.high_c, theirs.tpot.high_c)
+        if high < low:
+            continue  # no load both measured: a fit outside its loads is flat
+        load = min(max(concurrency, low), high)
+        if (own := mine.tpot.at(load)) > 0 and (peer := theirs.tpot.at(load)) > 0:
+            ratios.append(own / peer)
+    return statistics.median(ratios) if ratios else None
