@@ -420,7 +420,8 @@ class AdaptiveScorer:
         and its flat fit would promise a burst the speed of one request. The ratio serves only there: on
         h100-inverted (a device each), where the speculative engine's deficit grows from 10 % at one user
         to 55 % at sixteen, a ratio read at the loads both had measured sent it more of the 16-user phase
-        than the carried fit did (671 -> 663 tok/s). With it, what the model is (for the prediction's why)."""
+        than the carried fit did (671 -> 663 tok/s). Returned with a note of where a borrowed model came
+        from, for the prediction's why (None: the backend's own)."""
         cell = cells[b.name]
         min_samples = ctx.adaptive.min_samples
         if ctx.profile.objective != "tokens_per_second" or cell.model.samples >= min_samples:
