@@ -94,6 +94,7 @@ from gateway.routing.peers import (
     carried_model,
     decode_ratio,
     levelled_prior,
+    measured_peers,
     widest,
 )
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
@@ -440,12 +441,8 @@ class AdaptiveScorer:
         16-way burst of long prompts it only measured one at a time on short ones, it answers flat, as
         fast as one short prompt decodes."""
         backend, min_samples = b.name, ctx.adaptive.min_samples
-        repetition = ctx.features.repetition
-        measured = [
-            (view.model.samples, name)
-            for name, view in cells.items()
-            if name != backend and view.model.measured_content(repetition, min_samples)
-        ]
+        others = {name: view.model for name, view in cells.items() if name != backend}
+        measured = measured_peers(others, ctx.features.repetition, min_samples)
         if not measured:
             return None
         peer = max(measured)[1]

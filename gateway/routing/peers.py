@@ -51,7 +51,10 @@ class Borrowed:
         return f"not measured yet ({own_samples} samples < {min_samples}): assumed as fast as {self.peer}"
 
 
-def _measured(models: Mapping[str, CellModel], repetition: float, min_samples: int) -> list[tuple[int, str]]:
+def measured_peers(
+    models: Mapping[str, CellModel], repetition: float, min_samples: int
+) -> list[tuple[int, str]]:
+    """(samples, name) of the models holding min_samples of this content: max() is the best-measured."""
     return [
         (model.samples, name)
         for name, model in models.items()
@@ -67,7 +70,7 @@ def borrowed_from_peers(
 ) -> dict[str, Borrowed]:
     """Per backend alone on its device and short of min_samples answers, the model of the peer measured on
     the most samples of this request's content (none measured: no entry)."""
-    measured = _measured(models, repetition, min_samples)
+    measured = measured_peers(models, repetition, min_samples)
     if not measured:
         return {}
     _, peer = max(measured)
@@ -97,7 +100,7 @@ def levelled_prior(
     speculation) are what nothing measured yet can weigh: spark-pair-spec-content's second user sent to
     the n-gram engine waited twice as long for prose."""
     preferred = max(prior, key=prior.__getitem__, default=None)
-    if _measured(models, repetition, min_samples) or _inflight(preferred, device) < LEVEL_FROM_INFLIGHT:
+    if measured_peers(models, repetition, min_samples) or _inflight(preferred, device) < LEVEL_FROM_INFLIGHT:
         return dict(prior)
     return {
         name: 1.0 - TIE_BREAK * (1.0 - value) if len(device.get(name, ())) == 1 else value
