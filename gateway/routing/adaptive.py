@@ -310,7 +310,7 @@ class AdaptiveScorer:
     def _slowed(self, backends: Sequence[BackendSnapshot], tolerance: float) -> set[str]:
         """The backends whose engine runs slower than its fits by over `tolerance`, as of this decision."""
         found = {b.name: self.slowdowns.latest(b.name) for b in backends}
-        return {name for name, s in found.items() if s is not None and s.live * s.shift > 1.0 + tolerance}
+        return {name for name, s in found.items() if s is not None and s.beyond(tolerance)}
 
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over backends that serve only once back, without exploring them."""
@@ -413,10 +413,12 @@ class AdaptiveScorer:
     def _model(
         self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], shared: bool
     ) -> tuple[CellModel, str | None]:
-        """The cell's model, or for a tokens_per_second profile still under min_samples: on a `shared`
-        device, the profile's model on the peer measured on it most, times how much slower this backend
-        decodes (`_relative`); else, or without such a peer, the backend's all-profile model (decode speed
-        is the engine's, whatever the prompt). A backend alone on its device is carried beyond the loads
+        """The cell's model, or for a profile still under min_samples: on a `shared` device, the profile's
+        model on the peer measured on it most, times how much slower this backend decodes (`_relative`),
+        whatever the objective (else a slowed engine's measured cell outranks its unmeasured neighbour on
+        being measured: spark-duo-degrading's single-user requests went to the engine predicted at 90 s);
+        else, for tokens_per_second, the backend's all-profile model (decode speed is the engine's,
+        whatever the prompt). A backend alone on its device is carried beyond the loads
         that model measured along the widest-measured one (peers.carried); beside a neighbour it is not,
         and its flat fit would promise a burst the speed of one request. The ratio serves only there: on
         h100-inverted (a device each), where the speculative engine's deficit grows from 10 % at one user
@@ -425,10 +427,12 @@ class AdaptiveScorer:
         from, for the prediction's why (None: the backend's own)."""
         cell = cells[b.name]
         min_samples = ctx.adaptive.min_samples
-        if ctx.profile.objective != "tokens_per_second" or cell.model.samples >= min_samples:
+        if cell.model.samples >= min_samples:
             return cell.model, None
         if shared and (relative := self._relative(ctx, b, cells)) is not None:
             return relative
+        if ctx.profile.objective != "tokens_per_second":
+            return cell.model, None
         engine = self._engine(b.name, self.windows.now())
         return (engine, None) if engine.samples >= min_samples else (cell.model, None)
 

@@ -33,13 +33,18 @@ profile is too old is due (`stale_cells`): a measured cell after `refresh_reques
 since its min_samples-th newest (pacing.blind_bound), and any cell measured before another backend of the
 profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). A due cell is
 explored at MAX_EPSILON whatever the contention, back to back beside a busy engine (pacing.plan_refresh),
-the stalest first. A repetitive request explores the "<profile> (repetitive)" unit, counted by its
-repetitive samples (pacing.exploration_unit), so a speculative engine's decode speed is learned for both
-kinds of content.
+the stalest first, except on an engine seen slowed (`slowed_beside_busy`): a client's request there lasts
+the slowed engine's long time, and its busy neighbour's requests all run slower meanwhile (on
+spark-duo-degrading four such refreshes of the throttled fp8-mtp stretched the last phase from 117 s to
+163 s). It waits for a quiet device; what it would learn is whether the engine recovered, so a slowed
+engine beside one under steady load is noticed recovered only at the next quiet moment. A repetitive
+request explores the "<profile> (repetitive)" unit, counted by its repetitive samples
+(pacing.exploration_unit), so a speculative engine's decode speed is learned for both kinds of content.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -96,7 +101,7 @@ class Explorer:
             if name != winner
         }
         credit = self.ledger.credit(profile)
-        stale = self.stale_cells(profile, knobs, cells, counts, at)
+        stale = self.stale_cells(profile, knobs, cells, counts, at, device)
         if stale:
             return _refresh(profile, stale, credit, device)
 
@@ -126,6 +131,18 @@ class Explorer:
             explored = replace(explored, why=why)
         return explored, ExplorationPlan(profile, accrued=rate, backend=explored.backend)
 
+    def refresh_stretch(self, backend: str, tolerance: float, device: Sequence[DeviceLoad]) -> float:
+        """How many times its usual bounds a refresh of `backend` waits: its engine's slow-down, where that
+        is beyond `tolerance` and an engine beside it is busy (`contended`), else 1. A client's request
+        there lasts the slowed engine's long time, and every request of the busy neighbour runs slower all
+        that while: refreshed as often as a healthy engine, the throttled fp8-mtp of spark-duo-degrading
+        took four requests in its last phase and stretched it from 117 s to 163 s. Stretched, the refresh
+        costs about what a healthy one does per second of the bound."""
+        slowed = self.slowdowns.latest(backend)
+        if slowed is None or not slowed.beyond(tolerance) or not contended(backend, device):
+            return 1.0
+        return slowed.live * slowed.shift
+
     def stale_cells(
         self,
         profile: str,
@@ -133,13 +150,15 @@ class Explorer:
         cells: Mapping[str, CellView],
         counts: Mapping[str, int],
         at: float,
+        device: Mapping[str, Sequence[DeviceLoad]],
     ) -> dict[str, tuple[Age, str]]:
         """The cells among `counts` (every candidate but the winner) whose estimate is past its bound,
         with their age and why. A measured cell ages from its newest send; one under min_samples from its
         min_samples-th newest, so once due it stays due until it holds a whole estimate. A cell measured
         before another backend of the profile changed regime, or before another backend's requests
         showed it slowed beyond the tolerance (`slowdowns`: as many requests ago as are slow), counts as
-        stale at once."""
+        stale at once. A slowed engine beside a busy one waits `refresh_stretch` times the bounds, and
+        for no change of another backend (what it would learn is whether it recovered)."""
         changed = {name: cell.model.regime_run for name, cell in cells.items() if cell.model.regime_run}
         for name in cells:  # slowed beyond the tolerance by its requests in flight or newest
             slowed = self.slowdowns.latest(name)
@@ -151,10 +170,14 @@ class Explorer:
                 continue
             measured = count >= knobs.min_samples
             age = self.ledger.age(name, profile, at, 1 if measured else knobs.min_samples)
-            runs = [run for other, run in changed.items() if other != name]
+            stretch = self.refresh_stretch(name, knobs.tolerance, device[name])
+            runs = [run for other, run in changed.items() if other != name and stretch == 1.0]
             bound = knobs.refresh_requests if measured else blind_bound(knobs)
             why = stale_reason(
-                age, max_requests=bound, max_s=knobs.refresh_s, changed=min(runs, default=None)
+                age,
+                max_requests=math.ceil(bound * stretch),
+                max_s=knobs.refresh_s * stretch,
+                changed=min(runs, default=None),
             )
             if why is not None:
                 stale[name] = (age, why)

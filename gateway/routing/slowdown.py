@@ -111,6 +111,10 @@ class Slowdown:
     slow: int = 0  # of which at or above SLOWED
     held_until: float = 0.0  # the windows' clock: until then `live` holds without fresh evidence
 
+    def beyond(self, tolerance: float) -> bool:
+        """Whether the engine runs slower than its fits by more than `tolerance`, live or shifted."""
+        return self.live * self.shift > 1.0 + tolerance
+
     def for_cell(self, model: CellModel) -> float:
         """The factor a cell's predictions take: the live part, and the shift unless its own fit changed."""
         return self.live * (self.shift if model.regime_run <= 0 else 1.0)

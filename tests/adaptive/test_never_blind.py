@@ -165,3 +165,31 @@ def test_a_stream_leaves_a_shared_device_engine_that_became_much_slower() -> Non
     router = router_over(recorder, with_adaptive(DECODE_POLICY, explore_epsilon=0), SHARED)
     loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
     assert router.route("completions", NOVEL, loaded).ranked[0] == "y"
+
+
+def paced(tpot: float, n: int) -> list[Sample]:
+    """Streamed answers at `tpot` (their frame gap too), one at a time, the device's other engine idle."""
+    return [
+        Sample(
+            e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=512, concurrency=1, mean_itl=tpot
+        )
+        for _ in range(n)
+    ]
+
+
+def test_a_slowed_engine_beside_a_busy_one_waits_its_slowdown_times_the_refresh_bound() -> None:
+    """y's newest answers ran 3x its earlier pace (a throttled engine): a refresh puts a client's request on
+    it for three times as long while x's 14 requests all run slower, so it waits three times the bound."""
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    for sample in decode_samples(0.020):
+        recorder.record("x", "default", sample)
+    for sample in paced(0.030, 10) + paced(0.090, 6):
+        recorder.record("y", "default", sample)
+    router = router_over(
+        recorder, with_adaptive(DECODE_POLICY, explore_epsilon=0.5, refresh_requests=30), SHARED
+    )
+    pool = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
+    chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(120)]
+    refreshes = [i for i, name in enumerate(chosen) if name == "y"]
+    # Healthy, y was refreshed at the 30th request (the test above); slowed 3x, at the 90th.
+    assert refreshes and refreshes[0] in (90, 91), refreshes
