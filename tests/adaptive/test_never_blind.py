@@ -22,20 +22,26 @@ def router_over(recorder: LiveRecorder, policy: str, devices: dict[str, str] | N
     )
 
 
-def test_a_measured_loser_next_to_a_busy_winner_is_refreshed_within_the_bound() -> None:
+def refreshes_beside_busy_x(y_samples: list[Sample], requests: int) -> list[int]:
+    """The requests (by index) sent to y, measured by `y_samples`, while x, measured faster, runs 14 on
+    their shared device; refreshes are due after 30 requests."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for sample in decode_samples(0.020):
         recorder.record("x", "default", sample)
-    for sample in decode_samples(0.030, n=5):  # y measured once, slower: it never wins
+    for sample in y_samples:
         recorder.record("y", "default", sample)
     router = router_over(
         recorder, with_adaptive(DECODE_POLICY, explore_epsilon=0.5, refresh_requests=30), SHARED
     )
     pool = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
-    chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(100)]
+    chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(requests)]
+    return [i for i, name in enumerate(chosen) if name == "y"]
+
+
+def test_a_measured_loser_next_to_a_busy_winner_is_refreshed_within_the_bound() -> None:
+    refreshes = refreshes_beside_busy_x(decode_samples(0.030, n=5), 100)  # y slower: it never wins
     # Contention (x's 14 busy requests) would defer y forever; the bound does not: y is refreshed once its
     # estimate is 30 requests old, within two requests (MAX_EPSILON), and only then (its answer is due).
-    refreshes = [i for i, name in enumerate(chosen) if name == "y"]
     assert refreshes and refreshes[0] in (30, 31), refreshes
     assert all(30 < b - a <= 32 for a, b in zip(refreshes, refreshes[1:], strict=False)), refreshes
 
@@ -180,16 +186,6 @@ def paced(tpot: float, n: int) -> list[Sample]:
 def test_a_slowed_engine_beside_a_busy_one_waits_its_slowdown_times_the_refresh_bound() -> None:
     """y's newest answers ran 3x its earlier pace (a throttled engine): a refresh puts a client's request on
     it for three times as long while x's 14 requests all run slower, so it waits three times the bound."""
-    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
-    for sample in decode_samples(0.020):
-        recorder.record("x", "default", sample)
-    for sample in paced(0.030, 10) + paced(0.090, 6):
-        recorder.record("y", "default", sample)
-    router = router_over(
-        recorder, with_adaptive(DECODE_POLICY, explore_epsilon=0.5, refresh_requests=30), SHARED
-    )
-    pool = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
-    chosen = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(120)]
-    refreshes = [i for i, name in enumerate(chosen) if name == "y"]
+    refreshes = refreshes_beside_busy_x(paced(0.030, 10) + paced(0.090, 6), 120)
     # Healthy, y was refreshed at the 30th request (the test above); slowed 3x, at the 90th.
     assert refreshes and refreshes[0] in (90, 91), refreshes
