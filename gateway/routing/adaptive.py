@@ -414,11 +414,14 @@ class AdaptiveScorer:
         self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], shared: bool
     ) -> tuple[CellModel, str | None]:
         """The cell's model, or for a profile still under min_samples: on a `shared` device, the profile's
-        model on the peer measured on it most, times how much slower this backend decodes (`_relative`),
-        whatever the objective (else a slowed engine's measured cell outranks its unmeasured neighbour on
-        being measured: spark-duo-degrading's single-user requests went to the engine predicted at 90 s);
-        else, for tokens_per_second, the backend's all-profile model (decode speed is the engine's,
-        whatever the prompt). A backend alone on its device is carried beyond the loads
+        model on the peer measured on it most, times how much slower this backend decodes (`_relative`);
+        for a ttft or e2e profile only beside a peer seen slowed, whose measured cell would otherwise
+        outrank this one on being measured (spark-duo-degrading's single-user requests went to the
+        throttled engine predicted at 90 s), while beside a healthy one the prior and exploration decide
+        as before (the ratio is of decode paces, a rough guess for a prefill; taken there as well, it
+        changed which engine refreshed in spark-duo-flaky's mixed burst and its TTFT p95 with it, 11.7 ->
+        17.0 s). Else, for tokens_per_second, the backend's all-profile model (decode speed is the
+        engine's, whatever the prompt). A backend alone on its device is carried beyond the loads
         that model measured along the widest-measured one (peers.carried); beside a neighbour it is not,
         and its flat fit would promise a burst the speed of one request. The ratio serves only there: on
         h100-inverted (a device each), where the speculative engine's deficit grows from 10 % at one user
@@ -429,18 +432,24 @@ class AdaptiveScorer:
         min_samples = ctx.adaptive.min_samples
         if cell.model.samples >= min_samples:
             return cell.model, None
-        if shared and (relative := self._relative(ctx, b, cells)) is not None:
+        decode = ctx.profile.objective == "tokens_per_second"
+        if shared and (relative := self._relative(ctx, b, cells, beside_slowed=not decode)) is not None:
             return relative
-        if ctx.profile.objective != "tokens_per_second":
+        if not decode:
             return cell.model, None
         engine = self._engine(b.name, self.windows.now())
         return (engine, None) if engine.samples >= min_samples else (cell.model, None)
 
     def _relative(
-        self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView]
+        self,
+        ctx: RouteContext,
+        b: BackendSnapshot,
+        cells: Mapping[str, CellView],
+        beside_slowed: bool = False,
     ) -> tuple[CellModel, str] | None:
         """This profile's model on the peer measured on it most (on this request's content), scaled by
-        peers.decode_ratio over the other profiles both measured; None without such a peer or profile.
+        peers.decode_ratio over the other profiles both measured; None without such a peer or profile, or
+        with `beside_slowed` unless that peer's engine is seen slowed beyond the tolerance.
         The all-profile model holds the loads and prompts this backend happened to serve: asked about a
         16-way burst of long prompts it only measured one at a time on short ones, it answers flat, as
         fast as one short prompt decodes."""
@@ -450,6 +459,9 @@ class AdaptiveScorer:
         if not measured:
             return None
         peer = max(measured)[1]
+        slowed = self.slowdowns.latest(peer)
+        if beside_slowed and (slowed is None or not slowed.beyond(ctx.adaptive.tolerance)):
+            return None
         at = self.windows.now()
         theirs = set(self.slowdowns.profiles(peer))
         common = [p for p in self.slowdowns.profiles(backend) if p in theirs and p != ctx.profile.name]

@@ -45,7 +45,7 @@ def streams(base: float, growth: float, loads: range, n: int = 32) -> list[Sampl
     return out
 
 
-def stress_prediction(devices: dict[str, str] | None, objective: str = "tokens_per_second") -> dict[str, Any]:
+def stress_prediction(devices: dict[str, str] | None) -> dict[str, Any]:
     """y's prediction for a stress request joining 11 of its own: x measured stress at 1..16 (its steps
     grow fast with the batch) and chat at 1..16; y measured chat alone, one or two at a time, 1.5x
     slower per step than x there."""
@@ -56,9 +56,7 @@ def stress_prediction(devices: dict[str, str] | None, objective: str = "tokens_p
         recorder.record("x", "default", sample)
     for sample in streams(0.030, 0.0006, range(1, 3)):
         recorder.record("y", "default", sample)
-    stress_objective = "objective: tokens_per_second\n  - name: default"
-    policy_text = POLICY.replace(stress_objective, f"objective: {objective}\n  - name: default")
-    policy = parse_policy(with_adaptive(policy_text, explore_epsilon=0))
+    policy = parse_policy(with_adaptive(POLICY, explore_epsilon=0))
     scorer = AdaptiveScorer(recorder, devices=devices)
     router = PolicyRouter(FixedPolicy(policy), objective_scorer=scorer)
     chat = {**STRESS, "max_tokens": 64}
@@ -92,11 +90,45 @@ def test_the_decode_ratio_is_read_at_the_load_both_measured_nearest_the_one_aske
     assert decode_ratio(pairs, 64, 12) is None  # too few samples
 
 
-def test_beside_a_neighbour_a_time_objective_is_predicted_from_the_peer_too() -> None:
-    """Ranked by e2e, a backend short of samples beside a neighbour has a prediction as well (the peer's
-    model times the decode ratio); without one a measured engine outranks it on being measured, even one
-    seen slowed and predicted at 90 s (spark-duo-degrading)."""
-    shared = stress_prediction({"x": "spark", "y": "spark"}, objective="e2e")
-    assert shared["value"] is not None and "x's model x 1.5" in shared["why"]
-    apart = stress_prediction(None, objective="e2e")  # alone on its device it borrows x's model as it is
-    assert "assumed as fast as x" in apart["why"] and apart["value"] < shared["value"]
+def paced(tpot: float, n: int) -> list[Sample]:
+    """Streamed answers at `tpot` (their frame gap too), one at a time."""
+    return [
+        Sample(
+            e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=512, concurrency=1, mean_itl=tpot
+        )
+        for _ in range(n)
+    ]
+
+
+def chat_prediction(x_default: list[Sample]) -> dict[str, Any]:
+    """y's prediction for an e2e profile only x measured, beside x on one device: both measured the
+    decode profile, y at 0.03 s per token, x as given."""
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    for sample in paced(0.020, 20):
+        recorder.record("x", "stress", sample)
+    for sample in x_default:
+        recorder.record("x", "default", sample)
+    for sample in paced(0.030, 10):
+        recorder.record("y", "default", sample)
+    policy = parse_policy(
+        with_adaptive(
+            POLICY.replace("tokens_per_second\n  - name: default", "e2e\n  - name: default"),
+            explore_epsilon=0,
+        )
+    )
+    scorer = AdaptiveScorer(recorder, devices={"x": "spark", "y": "spark"})
+    router = PolicyRouter(FixedPolicy(policy), objective_scorer=scorer)
+    pool = [BackendSnapshot("x"), BackendSnapshot("y")]
+    router.explain("completions", {**STRESS, "max_tokens": 64}, pool)  # the profiles each one serves
+    explained = router.explain("completions", STRESS, pool)
+    predictions = explained["scoring"]["adaptive"]["predictions"]
+    return next(p for p in predictions if p["backend"] == "y")
+
+
+def test_beside_a_slowed_neighbour_a_time_objective_is_predicted_from_its_model() -> None:
+    """Ranked by e2e, a measured engine would otherwise outrank its unmeasured neighbour on being measured,
+    even seen slowed and predicted at 90 s (spark-duo-degrading). While the peer is healthy the prior and
+    exploration decide, as before."""
+    slowed = chat_prediction(paced(0.020, 10) + paced(0.060, 6))  # x's newest answers 3x slower
+    assert slowed["value"] is not None and "x's model x" in slowed["why"], slowed
+    assert chat_prediction(paced(0.020, 16))["value"] is None
