@@ -16,6 +16,9 @@ than predicted. So, per backend, pure functions on plain data:
   seconds, and a neighbour that has just taken its first request would read the whole pace as contended
   (traffic leaving a slowed engine would hide the slow-down it is leaving for). Nor from gaps served
   while a wave of requests arrived at the backend (MAX_ARRIVALS): their prefill ran in those steps.
+  The fit is that of the profile's streams before its newest MIN_EVIDENCE (`DecodePace.reference`), as
+  for the newest finished below: a few slowed answers, short of a regime change, pull a fit of all of
+  them toward themselves at the load they met, and the streams in flight there read on it.
 - Waiting. A request with no content yet, waiting longer than its profile's predicted TTFT, is at least
   elapsed / predicted slower (a stream); a whole (non-streamed) one, elapsed / predicted e2e. A shorter
   wait says nothing yet and is left out.
@@ -93,6 +96,13 @@ class DecodePace:
     newest: tuple[float, ...] = ()  # newest first, at most MIN_EVIDENCE
     c_high: float = 0.0  # the highest load its streams met
     shares: tuple[float, float] = (0.0, 0.0)  # the lowest and highest device share they met
+    # The pace of the regime's streams before its newest MIN_EVIDENCE (None: too few before them, the
+    # pace itself serves): what streams in flight and the newest finished are read against.
+    before_newest: DecodePace | None = None
+
+    @property
+    def reference(self) -> DecodePace:
+        return self.before_newest or self
 
     def covers(self, concurrency: float, share: float) -> bool:
         """Whether its streams met this load (within SHARE_MARGIN of the shares they met)."""
@@ -150,6 +160,9 @@ def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     if fit is None:
         return DecodePace()
     pace = _reaching(fit, points, regime_shift(points, found))
+    older = regime[:-MIN_EVIDENCE]
+    if len(older) >= CHANGE_RUN and (before := fit_load(older)) is not None:
+        pace = replace(pace, before_newest=_reaching(before, older))
     return replace(pace, newest=newest_ratios(regime, pace))
 
 
@@ -161,13 +174,11 @@ def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> Deco
 
 def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float, ...]:
     """The newest MIN_EVIDENCE streams' mean gaps over what the regime's streams before them predict (newest
-    first), at loads those covered; with too few before them, over the regime's own fit. Against a fit
-    they are part of, slow answers after a slow-down too small for a regime change would pull the fit
-    toward themselves and read as nearly on it."""
-    newest, older = regime[-MIN_EVIDENCE:], regime[:-MIN_EVIDENCE]
-    reach = pace
-    if len(older) >= CHANGE_RUN and (before := fit_load(older)) is not None:
-        reach = _reaching(before, older)
+    first), at loads those covered (`pace.reference`); with too few before them, over the regime's own
+    fit. Against a fit they are part of, slow answers after a slow-down too small for a regime change would
+    pull the fit toward themselves and read as nearly on it."""
+    newest = regime[-MIN_EVIDENCE:]
+    reach = pace.reference
     fit = reach.fit
     if fit is None:
         return ()
@@ -254,7 +265,9 @@ def live_ratios(
         if model is None or model.samples < min_samples:
             continue
         factor = shift if model.regime_run <= 0 else 1.0  # what the fits hold already
-        paced = pace(r.profile)
+        # Not against the newest finished: four slowed streams at the top load, one short of a regime
+        # change, pulled the fit there so far that fifteen slowed streams in flight read on it.
+        paced = pace(r.profile).reference
         if r.recent_itl_s is not None and r.frames >= MIN_FRAMES:
             if r.recent_arrivals >= MAX_ARRIVALS:
                 continue  # its newest steps ran the newcomers' prefill

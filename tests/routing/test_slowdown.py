@@ -169,3 +169,14 @@ def test_one_stream_at_the_old_pace_does_not_undo_a_restarted_pace() -> None:
     # not slowed): it is noise in the slowed regime, and five slow streams before it still say 2.5x.
     slowed = stream_samples(0.020, n=16) + stream_samples(0.020 * 2.5, n=5)
     assert decode_pace(slowed + stream_samples(0.020, n=1)).shift > 2.0
+
+
+def test_streams_in_flight_are_read_against_the_fit_before_the_newest_finished() -> None:
+    """Four slowed streams finish at the top load, one short of a regime change: a fit of all of them bends
+    up there, and the streams still in flight at that pace would read on it (spark-duo-degrading, at the
+    first request sent to the healthy neighbour, read 13 slow then none)."""
+    samples, slowed = stream_samples(0.020, n=16), (0.020 + 0.008) * 2.5
+    in_flight = streaming(slowed, 6, c=8)
+    assert slowdown(samples, in_flight) > 2.0
+    finished = [replace(s, mean_itl=slowed, concurrency=8) for s in samples[-4:]]
+    assert slowdown(samples + finished, in_flight) > 2.0
