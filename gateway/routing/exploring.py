@@ -33,11 +33,11 @@ profile is too old is due (`stale_cells`): a measured cell after `refresh_reques
 since its min_samples-th newest (pacing.blind_bound), and any cell measured before another backend of the
 profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). A due cell is
 explored at MAX_EPSILON whatever the contention, back to back beside a busy engine (pacing.plan_refresh),
-the stalest first, except on an engine seen slowed (`slowed_beside_busy`): a client's request there lasts
-the slowed engine's long time, and its busy neighbour's requests all run slower meanwhile (on
-spark-duo-degrading four such refreshes of the throttled fp8-mtp stretched the last phase from 117 s to
-163 s). It waits for a quiet device; what it would learn is whether the engine recovered, so a slowed
-engine beside one under steady load is noticed recovered only at the next quiet moment. A repetitive
+the stalest first. An engine seen slowed beside a busy one waits its slow-down times the bounds, and no
+other backend's change makes it due (`refresh_stretch`): a client's request there lasts the slowed
+engine's long time, and its busy neighbour's requests all run slower meanwhile (on spark-duo-degrading
+four such refreshes of the throttled fp8-mtp stretched the last phase from 117 s to 163 s); what it would
+learn is whether the engine recovered, which is then noticed later, never not at all. A repetitive
 request explores the "<profile> (repetitive)" unit, counted by its repetitive samples
 (pacing.exploration_unit), so a speculative engine's decode speed is learned for both kinds of content.
 """
