@@ -141,7 +141,7 @@ class Explorer:
         slowed = self.slowdowns.latest(backend)
         if slowed is None or not slowed.beyond(tolerance) or not contended(backend, device):
             return 1.0
-        return slowed.live * slowed.shift
+        return slowed.factor
 
     def stale_cells(
         self,
@@ -171,13 +171,13 @@ class Explorer:
             measured = count >= knobs.min_samples
             age = self.ledger.age(name, profile, at, 1 if measured else knobs.min_samples)
             stretch = self.refresh_stretch(name, knobs.tolerance, device[name])
-            runs = [run for other, run in changed.items() if other != name and stretch == 1.0]
+            runs = [run for other, run in changed.items() if other != name]
             bound = knobs.refresh_requests if measured else blind_bound(knobs)
             why = stale_reason(
                 age,
                 max_requests=math.ceil(bound * stretch),
                 max_s=knobs.refresh_s * stretch,
-                changed=min(runs, default=None),
+                changed=min(runs, default=None) if stretch == 1.0 else None,
             )
             if why is not None:
                 stale[name] = (age, why)

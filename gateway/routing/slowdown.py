@@ -121,9 +121,14 @@ class Slowdown:
     slow: int = 0  # of which at or above SLOWED
     held_until: float = 0.0  # the windows' clock: until then `live` holds without fresh evidence
 
+    @property
+    def factor(self) -> float:
+        """How many times slower than its fits the engine runs, live and shifted together."""
+        return self.live * self.shift
+
     def beyond(self, tolerance: float) -> bool:
-        """Whether the engine runs slower than its fits by more than `tolerance`, live or shifted."""
-        return self.live * self.shift > 1.0 + tolerance
+        """Whether the engine runs slower than its fits by more than `tolerance`."""
+        return self.factor > 1.0 + tolerance
 
     def for_cell(self, model: CellModel) -> float:
         """The factor a cell's predictions take: the live part, and the shift unless its own fit changed."""

@@ -50,6 +50,16 @@ def decode_samples(base: float, n: int = 40) -> list[Sample]:
     return out
 
 
+def paced(tpot: float, n: int) -> list[Sample]:
+    """Streamed answers at `tpot` (their frame gap too), one at a time, the device's other engine idle."""
+    return [
+        Sample(
+            e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=512, concurrency=1, mean_itl=tpot
+        )
+        for _ in range(n)
+    ]
+
+
 class Clock:
     def __init__(self) -> None:
         self.t = 1_000_000.0

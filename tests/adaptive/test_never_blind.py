@@ -9,7 +9,7 @@ from gateway.records import BackendSnapshot, ExplorationPlan, Sample
 from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
-from tests.adaptive.routing_loop import DECODE_POLICY, POLICY, decode_samples, sent, with_adaptive
+from tests.adaptive.routing_loop import DECODE_POLICY, POLICY, decode_samples, paced, sent, with_adaptive
 
 SHARED = {"x": "spark", "y": "spark"}
 NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256}
@@ -171,16 +171,6 @@ def test_a_stream_leaves_a_shared_device_engine_that_became_much_slower() -> Non
     router = router_over(recorder, with_adaptive(DECODE_POLICY, explore_epsilon=0), SHARED)
     loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
     assert router.route("completions", NOVEL, loaded).ranked[0] == "y"
-
-
-def paced(tpot: float, n: int) -> list[Sample]:
-    """Streamed answers at `tpot` (their frame gap too), one at a time, the device's other engine idle."""
-    return [
-        Sample(
-            e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=512, concurrency=1, mean_itl=tpot
-        )
-        for _ in range(n)
-    ]
 
 
 def test_a_slowed_engine_beside_a_busy_one_waits_its_slowdown_times_the_refresh_bound() -> None:

@@ -16,7 +16,7 @@ from gateway.routing.cells import build_model
 from gateway.routing.peers import decode_ratio
 from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
-from tests.adaptive.routing_loop import with_adaptive
+from tests.adaptive.routing_loop import paced, with_adaptive
 
 POLICY = """
 version: 1
@@ -88,16 +88,6 @@ def test_the_decode_ratio_is_read_at_the_load_both_measured_nearest_the_one_aske
     ]
     assert decode_ratio(apart, 5, 12) is None  # no load both measured
     assert decode_ratio(pairs, 64, 12) is None  # too few samples
-
-
-def paced(tpot: float, n: int) -> list[Sample]:
-    """Streamed answers at `tpot` (their frame gap too), one at a time."""
-    return [
-        Sample(
-            e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=512, concurrency=1, mean_itl=tpot
-        )
-        for _ in range(n)
-    ]
 
 
 def chat_prediction(x_default: list[Sample]) -> dict[str, Any]:
