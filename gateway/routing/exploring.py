@@ -21,11 +21,16 @@ and novel content, and the cell borrows the engine's fit (under min_samples), a 
 instead (`probe_instead`; proxy/decode_probe.py): the plan says so, the request goes to the winner. An idle
 backend on a device of its own, while the winner is busy, slows nobody and joins no queue when explored
 (shared_device.spreads): its credit accrues at MAX_EPSILON, so the same min_samples requests are spent
-sooner and the prior rules for fewer requests. One whose answers so far (fewer than min_samples, so
-not enough to rank it) predict this request better than the winner is predicted, and that slows no
-busy neighbour, is explored by every request (`promising`, from adaptive.AdaptiveScorer._promising):
-measuring it is expected to cost nothing, and while the prior rules, a single user's requests would
-otherwise go where the prefer order points, one in 1 / epsilon measuring the faster engine.
+sooner and the prior rules for fewer requests. The mirror: one alone on its device that runs more requests
+than the winner (alone on its own) accrues at (n_winner + 1) / (n_backend + 1) of the pace
+(shared_device.queue_share), since the explored request would wait behind more requests than on the
+winner, which a blind balancer never makes it do; slower, never stopped, so a backend kept busy by another
+profile's traffic is still measured for this one. One whose answers so far (fewer than min_samples, so
+not enough to rank it) predict this request better than the winner is predicted, and that slows no busy
+neighbour nor joins a longer queue, is explored by every request (`promising`, from
+adaptive.AdaptiveScorer._promising): measuring it is expected to cost nothing, and while the prior rules,
+a single user's requests would otherwise go where the prefer order points, one in 1 / epsilon measuring
+the faster engine.
 
 Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
 profile is too old is due (`stale_cells`): a measured cell after `refresh_requests` requests of the profile
@@ -64,7 +69,7 @@ from gateway.routing.pacing import (
     plan_refresh,
     stale_reason,
 )
-from gateway.routing.shared_device import contended, spreads
+from gateway.routing.shared_device import contended, queue_share, spreads
 from gateway.routing.verdict import Verdict
 
 Planned = tuple[Exploration | None, ExplorationPlan]  # what it explores, if any; what booking it applies
@@ -109,10 +114,16 @@ class Explorer:
             if spreads(backend, winner, device):  # the cheapest moment there is: the same min_samples
                 # requests, spent sooner, so the prior rules for fewer requests
                 return MAX_EPSILON / knobs.explore_epsilon
+            queued = queue_share(backend, winner, device)
+            if queued < 1.0:
+                return queued
             slowed = contended(backend, device[backend])
             return min(1.0, knobs.contended_share / slowed) if slowed else 1.0
 
-        unpaced = [name for name in promising if name in counts and not contended(name, device[name])]
+        def free(backend: str) -> bool:  # measuring it slows no neighbour and joins no longer queue
+            return not contended(backend, device[backend]) and queue_share(backend, winner, device) == 1.0
+
+        unpaced = [name for name in promising if name in counts and free(name)]
         explored, rate = plan_exploration(
             counts,
             credit,

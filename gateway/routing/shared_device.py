@@ -59,6 +59,19 @@ def spreads(backend: str, winner: str | None, device: Mapping[str, Sequence[Devi
     return any(d.inflight > 0 for d in device[winner] if d.backend == winner)
 
 
+def queue_share(backend: str, winner: str | None, device: Mapping[str, Sequence[DeviceLoad]]) -> float:
+    """The share of its usual pace at which exploring `backend` accrues for the queue it joins: when both
+    it and the predicted winner are alone on devices of their own and `backend` runs more requests, the
+    explored request waits behind more of them than the winner would make it (a cost a blind
+    least-in-flight balancer never pays), so the pace falls as that queue grows against the winner's,
+    (n_winner + 1) / (n_backend + 1); else 1. The mirror of `spreads`; it slows, never stops: a backend
+    kept busier by another profile's traffic is still measured for this one."""
+    if winner is None or winner not in device or len(device[backend]) > 1 or len(device[winner]) > 1:
+        return 1.0
+    mine, theirs = device[backend][0].inflight, device[winner][0].inflight
+    return (theirs + 1) / (mine + 1) if mine > theirs else 1.0
+
+
 def contended(backend: str, device: Sequence[DeviceLoad]) -> float:
     """How many requests of its device's other engines exploring `backend` now would slow: each engine
     counts the larger of its in-flight requests and the mean load its newest requests met (between two

@@ -69,7 +69,23 @@ def test_a_backend_whose_first_answers_beat_the_winner_is_measured_at_once() -> 
     assert early_explorations(0.010) == [0, 1, 2, 3, 4]
     # Slower than x: measuring it costs, and the policy's pace (epsilon 0.25) holds.
     assert early_explorations(0.040) == [3, 7, 11]
-    # y's one answer met a load of 1: it says nothing of y with 3 requests in flight (paced).
-    assert early_explorations(0.010, y_inflight=3) == [3, 7, 11]
+    # y's one answer met a load of 1: it says nothing of y with 3 requests in flight (paced), and there
+    # the request would queue behind more requests than on x (paced slower still: test below).
+    assert early_explorations(0.010, x_inflight=3, y_inflight=3) == [3, 7, 11]
+    assert early_explorations(0.010, y_inflight=3) == []
     # Beside a busy x on one device, measuring y slows x's requests however fast y is: paced as before.
     assert early_explorations(0.010, {"x": "spark", "y": "spark"}, x_inflight=3) == []
+
+
+def test_a_backend_alone_on_its_device_is_explored_slower_while_it_runs_more_than_the_winner() -> None:
+    def explored(x_inflight: int, y_inflight: int, requests: int = 12) -> list[int]:
+        return to_y({"x": decode_samples(0.020)}, None, x_inflight, requests, y_inflight)
+
+    # Each on a device of its own, y no busier than x: the policy's pace (epsilon 0.25) holds.
+    assert explored(2, 2) == [3, 7, 11]
+    # y busier: a request explored there waits behind more requests than on x, a cost a blind balancer
+    # never pays, so the pace falls with that queue against x's: (1 + 1) / (2 + 1) of epsilon.
+    assert explored(1, 2) == [5, 11]
+    # Slower, never stopped: y's estimate is still made, and its blind bound (5 / 0.25 requests) holds.
+    assert explored(0, 3) == []
+    assert explored(0, 3, requests=24) == [15, 21, 23]
