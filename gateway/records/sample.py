@@ -16,6 +16,11 @@ class Sample:
     concurrency: int  # the backend's in-flight count at dispatch, this request included
     error: bool = False
     mean_itl: float | None = None  # mean gap between streamed token chunks; None when not streamed
+    # Their mean without the longest tenth: the engine's step, where the mean also takes in the few long
+    # steps that ran the prefill of requests arriving beside it (routing/slowdown.py reads the decode pace
+    # from it). Not the median: a speculative engine may send a step's tokens as several frames, and the
+    # median of gaps half near zero and half a step long flips between the two.
+    trimmed_itl: float | None = None
     # Share of the request's life (0..1) during which another backend of its device had requests in
     # flight: their weights are read every step too, so they slow this request whatever its own load.
     device_share: float = 0.0

@@ -7,9 +7,13 @@ is a minute or more after the fact, and every profile pays its own rediscovery. 
 at once in what it is doing: its streams relay content at a slower pace, its waiting requests wait longer
 than predicted. So, per backend, pure functions on plain data:
 
-- Decode pace. Each (backend, profile) cell's finished streams give a fit of their mean gap between
-  content frames (ITL) against load (c, device share); per profile, because a step over long prompts' KV
-  takes longer. Frames, not tokens, on both sides: a speculative engine sends several tokens per frame.
+- Decode pace. Each (backend, profile) cell's finished streams give a fit of their gap between content
+  frames (ITL) against load (c, device share); per profile, because a step over long prompts' KV takes
+  longer. A stream's gap is its mean without the longest tenth (`Sample.trimmed_itl`): the whole mean also
+  takes in the few long steps that ran the prefill of requests arriving beside it, so a closed loop of
+  8k-token prompts read 1.8x slower than the short prompts before it on a healthy engine
+  (spark-home-35b), a shift that then scaled every cell of the engine. Frames, not tokens, on both sides:
+  a speculative engine sends several tokens per frame.
   A stream in flight with MIN_FRAMES frames: its newest gaps / its profile's fit at the load now (the
   backend's in-flight count, never below the load it met at dispatch) and at the device share it has met
   so far. Not whether a neighbour is busy at this instant: the newest gaps were served over the last
@@ -25,7 +29,7 @@ than predicted. So, per backend, pure functions on plain data:
 
 - Finished. When fewer than MIN_EVIDENCE requests in flight say something (the traffic has left the
   backend, or it serves a few at a time), the newest finished streams of its profiles make up the rest:
-  each one's mean gap / the fit of its profile's streams before the newest MIN_EVIDENCE at the load it met,
+  each one's gap / the fit of its profile's streams before the newest MIN_EVIDENCE at the load it met,
   newest first. So the factor holds once traffic has moved away (what moved it is then finished), until
   the fits have taken the slow answers in.
 
@@ -147,12 +151,14 @@ class Slowdown:
 
 
 def itl_points(samples: Sequence[Sample]) -> list[LoadPoint]:
-    """(c, device share, mean frame gap) of the successful streamed samples, oldest first."""
-    return [
-        (float(s.concurrency), s.device_share, s.mean_itl)
-        for s in samples
-        if not s.error and s.mean_itl is not None and s.mean_itl > 0
-    ]
+    """(c, device share, frame gap) of the successful streamed samples, oldest first: the trimmed mean gap
+    (the whole mean where a sample has none: restored from an older snapshot)."""
+    points = []
+    for s in samples:
+        gap = s.trimmed_itl if s.trimmed_itl is not None else s.mean_itl
+        if not s.error and gap is not None and gap > 0:
+            points.append((float(s.concurrency), s.device_share, gap))
+    return points
 
 
 def decode_pace(samples: Sequence[Sample]) -> DecodePace:
@@ -178,7 +184,7 @@ def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> Deco
 
 
 def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float, ...]:
-    """The newest MIN_EVIDENCE streams' mean gaps over what the regime's streams before them predict (newest
+    """The newest MIN_EVIDENCE streams' gaps over what the regime's streams before them predict (newest
     first), at loads those covered (`pace.reference`); with too few before them, over the regime's own
     fit. Against a fit they are part of, slow answers after a slow-down too small for a regime change would
     pull the fit toward themselves and read as nearly on it."""

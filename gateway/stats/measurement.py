@@ -12,6 +12,7 @@ translation of one completion record into a `Sample` (or None when the record sa
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -108,9 +109,16 @@ def record_sample(record: Completion) -> Sample | None:
         device_share=_share(record.device_shared_s, record.e2e - before),
         error=failed,
         mean_itl=sum(gaps) / len(gaps) if gaps else None,
+        trimmed_itl=trimmed_mean(gaps) if gaps else None,
         # Read after the answer went out (bounded work): a speculative engine's decode speed depends on it.
         repetition=_repetition(getattr(record, "body", None)),  # a record without its request: novel
     )
+
+
+def trimmed_mean(gaps: Sequence[float], trim: float = 0.1) -> float:
+    """The mean of `gaps` without the longest `trim` share of them (at least one gap is kept)."""
+    kept = sorted(gaps)[: max(1, math.ceil(len(gaps) * (1.0 - trim)))]
+    return sum(kept) / len(kept)
 
 
 def _repetition(body: Mapping[str, Any] | None) -> float:

@@ -77,7 +77,7 @@ def decode(data: bytes) -> list[Row]:
 def _sample(raw: Any) -> tuple[float, Sample] | None:
     try:
         at = float(raw["at"])
-        ttft, itl = raw.get("ttft"), raw.get("mean_itl")
+        ttft, itl, trimmed = raw.get("ttft"), raw.get("mean_itl"), raw.get("trimmed_itl")
         sample = Sample(
             e2e=float(raw["e2e"]),
             ttft=None if ttft is None else float(ttft),
@@ -86,7 +86,9 @@ def _sample(raw: Any) -> tuple[float, Sample] | None:
             concurrency=int(raw["concurrency"]),
             error=bool(raw.get("error", False)),
             mean_itl=None if itl is None else float(itl),
+            trimmed_itl=None if trimmed is None else float(trimmed),
             device_share=float(raw.get("device_share", 0.0)),
+            repetition=float(raw.get("repetition", 0.0)),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.settings import BackendConfig, MeasurementConfig, Settings, load_settings
 from gateway.sim.fleet import load_fleet
 from gateway.sim.runner import TwinFleet
-from gateway.stats.measurement import Measurement, record_sample
+from gateway.stats.measurement import Measurement, record_sample, trimmed_mean
 from tests.adaptive.routing_loop import POLICY, with_adaptive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,14 +35,24 @@ def record(**fields: Any) -> RequestRecord:
 
 def test_a_completion_record_becomes_a_sample_timed_from_dispatch() -> None:
     r = record(backend="x", status=200, inflight_at_dispatch=3, device_inflight_at_dispatch=5, ttft=0.5,
-               e2e=2.5, overhead=0.1, itl=[0.02, 0.04], output_tokens=41, prompt_tokens=100,
+               e2e=2.5, overhead=0.1, itl=[0.02] * 9 + [0.22], output_tokens=41, prompt_tokens=100,
                device_shared_s=0.6)
     s = record_sample(r)
     assert s is not None
     assert (round(s.ttft or 0, 3), round(s.e2e, 3), s.concurrency, s.error) == (0.4, 2.4, 3, False)
     assert s.device_share == 0.25  # 0.6 s of its 2.4 s with another backend of its device busy
-    assert s.mean_itl is not None and abs(s.mean_itl - 0.03) < 1e-9
+    assert s.mean_itl is not None and abs(s.mean_itl - 0.04) < 1e-9
+    assert s.trimmed_itl is not None and abs(s.trimmed_itl - 0.02) < 1e-9  # the longest tenth left out
     assert abs((s.tpot or 0) - 0.05) < 1e-9  # (2.4 - 0.4) / 40: decode only
+
+
+def test_a_trimmed_gap_leaves_out_prefill_stalls_and_holds_still_where_a_median_would_flip() -> None:
+    assert abs(trimmed_mean([0.02] * 18 + [2.0, 2.5]) - 0.02) < 1e-9  # two prefills beside one stream
+    # A speculative engine sending a step's tokens as two frames: gaps near zero and a step long. Their
+    # median is one or the other by a single gap; the trimmed mean stays about half a step either way.
+    short_first, long_first = [0.001] * 11 + [0.03] * 10, [0.001] * 10 + [0.03] * 11
+    assert statistics.median(short_first) == 0.001 and statistics.median(long_first) == 0.03
+    assert abs(trimmed_mean(short_first) - trimmed_mean(long_first)) < 0.003
 
 
 def test_failures_count_as_errors_but_client_faults_and_disconnects_are_not_recorded() -> None:

@@ -32,6 +32,9 @@ def _sample(i: int, error: bool = False) -> Sample:
         concurrency=1 + i % 4,
         error=error,
         mean_itl=0.05 if i % 2 else None,
+        trimmed_itl=0.04 if i % 2 else None,
+        device_share=0.25 * (i % 3),
+        repetition=0.1 * (i % 5),
     )
 
 
