@@ -189,12 +189,14 @@ class Adaptive(_Strict):
     )
     # 40: a cell's estimate is refreshed after at most 40 requests of its profile went elsewhere, about
     # 2.5 % of the profile's traffic per other backend; a cell not yet measured gets its min_samples
-    # requests once that many of its profile have gone by, however busy its device is.
+    # requests once that many of its profile have gone by (beside a busy engine of its device, once
+    # twice that many have, unless a quiet moment comes first), however busy its device is.
     refresh_requests: int = Field(
         default=40,
         ge=1,
         description="the most requests of a profile a backend's estimate may age (requests sent elsewhere "
-        "since it was last measured) before one is sent to refresh it, whatever the contention",
+        "since it was last measured) before one is sent to refresh it; beside a busy engine of its device it "
+        "waits for a quiet moment up to twice this, then goes whatever the contention",
     )
     # 120 s: slow profiles (a few requests a minute) still refresh every other backend within two minutes.
     refresh_s: float = Field(

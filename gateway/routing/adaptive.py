@@ -185,10 +185,11 @@ class AdaptiveScorer:
         unit, measured = exploration_unit(ctx.profile.name, ctx.features.repetition, cells)
         explorer = Explorer(self.ledger, self.slowdowns, self.windows.max_age_s)
         promising = self._promising(ctx, backends, cells, device, decided)
-        explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising)
+        probed = [name for name in cells if self.probes and probe_instead(ctx, cells, device, name)]
+        explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising, probed)
         if explored is None:
             return replace(decided, plan=plan)
-        if self.probes and probe_instead(ctx, cells, device, explored):
+        if explored.backend in probed:
             return replace(decided, plan=replace(plan, probe=True))
         errors = {name: cell.error_rate for name, cell in cells.items()}
         exploring = verdict(decided.predictions, errors, decided.prior, explored, knobs.tolerance)

@@ -36,7 +36,10 @@ Never blind: the deferral lasts only up to a bound. Every candidate but the winn
 profile is too old is due (`stale_cells`): a measured cell after `refresh_requests` requests of the profile
 (or `refresh_s` seconds) since its newest send, a cell short of min_samples after min_samples / epsilon
 since its min_samples-th newest (pacing.blind_bound), and any cell measured before another backend of the
-profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). A due cell is
+profile slowed down (its newest samples left its fit, slower: cells.CellModel.regime_run). An age bound
+that would put a client's request beside a busy engine of its device waits for a quiet moment up to
+QUIET_WAIT times the bound: an estimate merely old is not urgent, and the neighbour's requests all run
+slower meanwhile (a change does not wait, nor a decode probe, which costs a few tokens). A due cell is
 explored at MAX_EPSILON whatever the contention, back to back beside a busy engine (pacing.plan_refresh),
 the stalest first. An engine seen slowed beside a busy one waits its slow-down times the bounds, and no
 other backend's change makes it due (`refresh_stretch`): a client's request there lasts the slowed
@@ -74,6 +77,11 @@ from gateway.routing.verdict import Verdict
 
 Planned = tuple[Exploration | None, ExplorationPlan]  # what it explores, if any; what booking it applies
 
+# How many times its bounds a refresh waits for a quiet moment when it would put a client's request beside
+# a busy engine of its device: an estimate that is merely old is not urgent, and every request of the
+# neighbour runs slower while the refreshed one does.
+QUIET_WAIT = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class Explorer:
@@ -93,10 +101,12 @@ class Explorer:
         device: Mapping[str, Sequence[DeviceLoad]],
         at: float,
         promising: Collection[str] = (),
+        probed: Collection[str] = (),
     ) -> Planned:
         """The exploration due now for this profile, if any, and the plan booking this request would
         apply (pacing in pacing.plan_exploration). `promising`: backends whose few answers so far predict
-        this request better than the winner does; explored at once where that slows no neighbour."""
+        this request better than the winner does; explored at once where that slows no neighbour.
+        `probed`: backends a decode probe would measure instead of this request (`probe_instead`)."""
         # The backend that wins anyway is measured by its own traffic: exploring it would waste a turn.
         winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
         since = at - self.max_age_s
@@ -106,7 +116,7 @@ class Explorer:
             if name != winner
         }
         credit = self.ledger.credit(profile)
-        stale = self.stale_cells(profile, knobs, cells, counts, at, device)
+        stale = self.stale_cells(profile, knobs, cells, counts, at, device, probed)
         if stale:
             return _refresh(profile, stale, credit, device)
 
@@ -162,6 +172,7 @@ class Explorer:
         counts: Mapping[str, int],
         at: float,
         device: Mapping[str, Sequence[DeviceLoad]],
+        probed: Collection[str] = (),
     ) -> dict[str, tuple[Age, str]]:
         """The cells among `counts` (every candidate but the winner) whose estimate is past its bound,
         with their age and why. A measured cell ages from its newest send; one under min_samples from its
@@ -184,10 +195,11 @@ class Explorer:
             stretch = self.refresh_stretch(name, knobs.tolerance, device[name])
             runs = [run for other, run in changed.items() if other != name]
             bound = knobs.refresh_requests if measured else blind_bound(knobs)
+            patience = 1.0 if name in probed or not contended(name, device[name]) else QUIET_WAIT
             why = stale_reason(
                 age,
-                max_requests=math.ceil(bound * stretch),
-                max_s=knobs.refresh_s * stretch,
+                max_requests=math.ceil(bound * stretch * patience),
+                max_s=knobs.refresh_s * stretch * patience,
                 changed=min(runs, default=None) if stretch == 1.0 else None,
             )
             if why is not None:
@@ -215,13 +227,12 @@ def probe_instead(
     ctx: RouteContext,
     cells: Mapping[str, CellView],
     device: Mapping[str, Sequence[DeviceLoad]],
-    explored: Exploration,
+    name: str,
 ) -> bool:
-    """Whether a decode probe measures what exploring `explored.backend` with this request would: the
+    """Whether a decode probe measures what exploring backend `name` with this request would: the
     profile ranks by decode speed, which the cell borrows from the engine's all-profile fit while short of
     samples (adaptive.AdaptiveScorer._model; probes feed that fit), the content is novel (what a probe's
     is), and the request would slow busy requests of its device's other engines for its whole life."""
-    name = explored.backend
     return (
         ctx.profile.objective == "tokens_per_second"
         and not repetitive(ctx.features.repetition)

@@ -104,11 +104,12 @@ def test_exploration_waits_for_a_moment_when_it_slows_the_busy_engine_least() ->
     assert first_exploration(14, 0, {})[:5] == [0, 1, 2, 3, 4]
     assert first_exploration(0, 0, SHARED, history=False)[:2] == [1, 3]  # a quiet device: the same
     # Waking y next to x's 14 requests slows all 14: credit accrues at 0.5 x 0.2 / 14 per request, so it
-    # would wait for the 140th. Deferred only up to the bound: a cell short of min_samples is due once
-    # min_samples / epsilon = 10 requests went by, then measured whatever the contention.
+    # would wait for the 140th. Deferred only up to a bound: a cell short of min_samples is due once
+    # min_samples / epsilon = 10 requests went by; beside a busy engine it waits for a quiet moment up to
+    # twice that (exploring.QUIET_WAIT), then is measured whatever the contention.
     # Back to back, so the 5 overlap: y keeps x's requests company for one request's time, not five.
-    assert first_exploration(14, 0, SHARED) == [10, 11, 12, 13, 14]  # and never more than min_samples
-    assert first_exploration(14, 3, SHARED)[0] == 10
+    assert first_exploration(14, 0, SHARED) == [20, 21, 22, 23, 24]  # and never more than min_samples
+    assert first_exploration(14, 3, SHARED)[0] == 20
     # Within a farther bound, the deferral itself: y already runs 3, so only ~1/4 of an exploration keeps
     # it busy longer and x's 14 count as 3.5 (the 35th request); x between two requests of a stream whose
     # requests met 8.5 on average is not a quiet device (the 85th).
@@ -216,8 +217,9 @@ def probed(
 
 
 def test_a_busy_neighbour_gets_a_decode_probe_where_a_request_would_have_explored() -> None:
-    # y is due after 10 requests: five probes back to back, every request still going to x.
+    # y is due after 10 requests: five probes back to back, every request still going to x. A probe
+    # costs x's requests a few tokens' company, so it does not wait for a quiet moment as a request does.
     assert probed(14) == [(i, "x", True) for i in (10, 11, 12, 13, 14)]
-    assert probed(14, probes=False) == [(i, "y", False) for i in (10, 11, 12, 13, 14)]  # no prober
+    assert probed(14, probes=False) == [(i, "y", False) for i in (20, 21, 22, 23, 24)]  # no prober
     # On a device of its own, y slows nobody: assumed as fast as the busy x, it takes the requests.
     assert probed(14, devices={}) == [(i, "y", False) for i in range(40)]
