@@ -41,16 +41,12 @@ scores *are* the prior, so a fresh gateway routes like the static policy and mea
 cell. An engine seen slower than its own fits by more than `tolerance` (routing/slowdown.py) is ranked after
 the others in the prior (verdict.demoted): the prefer order speaks of healthy engines, and a profile never
 measured would otherwise follow it onto a throttled one. `tolerance` keeps noise from flipping decisions: a
-5 % gap moves the score by 0.15, not by 1. For a `tokens_per_second` profile a backend whose cell is still
-under min_samples borrows its all-profile fit: decode speed at a load is the engine's, whatever the prompt, so
-one already measured elsewhere is not ranked blind (a TTFT or e2e objective depends on the profile's prompts,
-and waits for its own samples). Beside a neighbour on its device it borrows the profile's model of the peer
-that measured it instead, times how much slower it decodes than that peer where both measured
-(peers.decode_ratio): its own fit knows only the loads and prompts it happened to serve. It borrows only where
-that fit holds min_samples of the request's content (own_content): a speed learned on novel prose says nothing
-of a speculative engine on repetitive text, and would outrank the prior. Still short, a backend alone on its
-device is predicted with its best-measured peer's model at its own load (routing/peers.py): not measured is
-not slower, so it takes load as least-in-flight would until its own min_samples answers speak for it. With no
+5 % gap moves the score by 0.15, not by 1. A backend whose cell is still under min_samples may be predicted
+with a borrowed model (routing/model_choice.py: the peer's model times its decode ratio beside a neighbour,
+its all-profile fit for decode speed, each only where it measured the request's content). Still short, a
+backend alone on its device is predicted with its best-measured peer's model at its own load
+(routing/peers.py): not measured is not slower, so it takes load as least-in-flight would until its own
+min_samples answers speak for it. With no
 backend measured at all and the preferred one running a batch, the backends alone on their devices have their
 prior levelled (peers.levelled_prior): load ranks them, the prefer order breaks ties, so a burst on a fresh
 profile is not all sent where the prefer order points.
@@ -87,20 +83,18 @@ from gateway.routing.context import RouteContext
 from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
 from gateway.routing.exploring import Explorer, probe_instead
 from gateway.routing.harm import DeviceLoad
+from gateway.routing.model_choice import ModelChoice, loads_met, own_content
 from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
 from gateway.routing.peers import (
     Borrowed,
     borrowed_from_peers,
     carried_model,
-    decode_ratio,
     levelled_prior,
-    measured_peers,
     widest,
 )
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
 from gateway.routing.shared_device import charged, claims, device_members, holders, steady_states
-from gateway.routing.slowdown import scaled
 from gateway.routing.spill import capacity
 from gateway.routing.verdict import Verdict, demoted, effective_value, verdict
 
@@ -110,22 +104,6 @@ EngineHints = Callable[[str], EngineHint | None]
 # holding it to another (shared_device.holders): half, so seed 003's +24 % for MTP under stress moves it
 # while a 5 % chat difference does not make the device flip between engines on noise.
 HOLD_MARGIN = 0.5
-
-
-def _loads_met(model: CellModel) -> float:
-    """The highest load `model`'s answers met: a fit of a few answers is flat, and says nothing of a
-    load beyond it (a backend measured idle would look as fast with eight requests in flight)."""
-    return max((fit.high_c for fit in (model.ttft, model.tpot) if fit is not None), default=0.0)
-
-
-def own_content(model: CellModel, cell: CellModel, repetition: float, min_samples: int) -> CellModel:
-    """`model` (the cell's, or one borrowed from the backend's other profiles), or the cell's own where the
-    borrowed one never measured this request's content: a decode speed learned on novel prose says nothing
-    of repetitive content on a speculative engine, and a borrowed prediction would outrank the prior of a
-    backend not yet measured (a plain engine took edits from the speculative one the policy prefers)."""
-    if model is cell or model.measured_content(repetition, min_samples):
-        return model
-    return cell
 
 
 class AdaptiveScorer:
@@ -152,13 +130,14 @@ class AdaptiveScorer:
         self.hints = hints
         self.progress = progress  # None: finished requests are all it sees
         self.cache = cache or ModelCache(windows.max_cells)  # bounded like the windows
-        # Each backend's slow-down as of the decision under way (`_model`, `_prediction`, the Explorer).
+        # Each backend's slow-down as of the decision under way (the model choice, `_prediction`, the
+        # Explorer), and the models each decision predicts with.
         self.slowdowns = EngineSlowdowns(windows, self.cache, progress)
+        self.models = ModelChoice(windows, self.cache, self.slowdowns)
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
         self.explore = explore  # False: never explores (explain's preview)
         self.probes = probes  # True: decode probes are sent for plans that ask (proxy/decode_probe.py)
-        self._counts: dict[tuple[str, str], tuple[int, int, int]] = {}  # key -> (version, count, errors)
         self._prior = PreferenceScorer()
 
     def assess(
@@ -177,7 +156,7 @@ class AdaptiveScorer:
         """The verdict over `backends`, the exploration due now included (as a plan: nothing is booked)."""
         at = self.windows.now()
         knobs = ctx.adaptive
-        cells = {b.name: self._cell(b.name, ctx.profile.name, at) for b in backends}
+        cells = {b.name: self.models.cell(b.name, ctx.profile.name, at) for b in backends}
         device = self._device_loads(backends, at)
         decided = self._verdict(ctx, backends, cells, device)
         if not self.explore or knobs.explore_epsilon <= 0 or not backends:
@@ -208,7 +187,7 @@ class AdaptiveScorer:
         device: Mapping[str, Sequence[DeviceLoad]],
     ) -> Verdict:
         config = PredictConfig(min_samples=ctx.adaptive.min_samples)
-        chosen = {b.name: self._model(ctx, b, cells, len(device[b.name]) > 1) for b in backends}
+        chosen = {b.name: self.models.choose(ctx, b, cells, len(device[b.name]) > 1) for b in backends}
         models = {
             name: own_content(model, cells[name].model, ctx.features.repetition, config.min_samples)
             for name, (model, _) in chosen.items()
@@ -290,7 +269,7 @@ class AdaptiveScorer:
             b
             for b in backends
             if 0 < cells[b.name].model.samples < ctx.adaptive.min_samples
-            and b.inflight + 1 <= _loads_met(cells[b.name].model)
+            and b.inflight + 1 <= loads_met(cells[b.name].model)
         ]
         if winner is None or not any(b.name != winner for b in short):
             return []
@@ -316,7 +295,7 @@ class AdaptiveScorer:
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over backends that serve only once back, without exploring them."""
         at = self.windows.now()
-        cells = {b.name: self._cell(b.name, ctx.profile.name, at) for b in backends}
+        cells = {b.name: self.models.cell(b.name, ctx.profile.name, at) for b in backends}
         return self._verdict(ctx, backends, cells, self._device_loads(backends, at))
 
     def without_exploration(self) -> AdaptiveScorer:
@@ -331,8 +310,8 @@ class AdaptiveScorer:
             progress=self.progress,
             probes=self.probes,
         )
-        preview._counts = self._counts
         preview.slowdowns = self.slowdowns.sharing_paces()
+        preview.models = replace(self.models, slowdowns=preview.slowdowns)  # the same counts
         return preview
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
@@ -382,7 +361,7 @@ class AdaptiveScorer:
     ) -> Prediction:
         """`borrowed`: the peer's model stands for this backend's (routing/peers.py); `guide`: a model that
         saw higher loads, along which this one is carried beyond the loads it measured; `note`: where
-        `model` came from, when not from the cell (`_model`)."""
+        `model` came from, when not from the cell (model_choice.ModelChoice.choose)."""
         hint = self.hints(backend.name) if self.hints is not None else None
         me = next(d for d in device if d.backend == backend.name)
         used = model
@@ -411,78 +390,6 @@ class AdaptiveScorer:
         said = "; ".join(part for part in (note, said) if part) or None
         return prediction if said is None else replace(prediction, why=f"{prediction.why}; {said}")
 
-    def _model(
-        self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], shared: bool
-    ) -> tuple[CellModel, str | None]:
-        """The cell's model, or for a profile still under min_samples: on a `shared` device, the profile's
-        model on the peer measured on it most, times how much slower this backend decodes (`_relative`);
-        for a ttft or e2e profile only beside a peer seen slowed, whose measured cell would otherwise
-        outrank this one on being measured (spark-duo-degrading's single-user requests went to the
-        throttled engine predicted at 90 s), while beside a healthy one the prior and exploration decide
-        as before (the ratio is of decode paces, a rough guess for a prefill; taken there as well, it
-        changed which engine refreshed in spark-duo-flaky's mixed burst and its TTFT p95 with it, 11.7 ->
-        17.0 s). Else, for tokens_per_second, the backend's all-profile model (decode speed is the
-        engine's, whatever the prompt). A backend alone on its device is carried beyond the loads
-        that model measured along the widest-measured one (peers.carried); beside a neighbour it is not,
-        and its flat fit would promise a burst the speed of one request. The ratio serves only there: on
-        h100-inverted (a device each), where the speculative engine's deficit grows from 10 % at one user
-        to 55 % at sixteen, a ratio read at the loads both had measured sent it more of the 16-user phase
-        than the carried fit did (671 -> 663 tok/s). Returned with a note of where a borrowed model came
-        from, for the prediction's why (None: the backend's own)."""
-        cell = cells[b.name]
-        min_samples = ctx.adaptive.min_samples
-        if cell.model.samples >= min_samples:
-            return cell.model, None
-        decode = ctx.profile.objective == "tokens_per_second"
-        if shared and (relative := self._relative(ctx, b, cells, beside_slowed=not decode)) is not None:
-            return relative
-        if not decode:
-            return cell.model, None
-        engine = self._engine(b.name, self.windows.now())
-        return (engine, None) if engine.samples >= min_samples else (cell.model, None)
-
-    def _relative(
-        self,
-        ctx: RouteContext,
-        b: BackendSnapshot,
-        cells: Mapping[str, CellView],
-        beside_slowed: bool = False,
-    ) -> tuple[CellModel, str] | None:
-        """This profile's model on the peer measured on it most (on this request's content), scaled by
-        peers.decode_ratio over the other profiles both measured; None without such a peer or profile, or
-        with `beside_slowed` unless that peer's engine is seen slowed beyond the tolerance.
-        The all-profile model holds the loads and prompts this backend happened to serve: asked about a
-        16-way burst of long prompts it only measured one at a time on short ones, it answers flat, as
-        fast as one short prompt decodes."""
-        backend, min_samples = b.name, ctx.adaptive.min_samples
-        others = {name: view.model for name, view in cells.items() if name != backend}
-        measured = measured_peers(others, ctx.features.repetition, min_samples)
-        if not measured:
-            return None
-        peer = max(measured)[1]
-        slowed = self.slowdowns.latest(peer)
-        if beside_slowed and (slowed is None or not slowed.beyond(ctx.adaptive.tolerance)):
-            return None
-        at = self.windows.now()
-        theirs = set(self.slowdowns.profiles(peer))
-        common = [p for p in self.slowdowns.profiles(backend) if p in theirs and p != ctx.profile.name]
-        pairs = [(self._cell(backend, p, at).model, self._cell(peer, p, at).model) for p in common]
-        load = b.inflight + 1  # the load it would meet
-        ratio = decode_ratio(pairs, min_samples, load)
-        if ratio is None:  # no profile both measured: their all-profile models, at a load both met
-            engines = (self._engine(backend, at), self._engine(peer, at))
-            ratio = decode_ratio([engines], min_samples, load)
-        if ratio is None:
-            return None
-        note = f"not measured on this profile: {peer}'s model x {ratio:.2g}, its decode pace against {peer}'s"
-        return scaled(cells[peer].model, ratio), note
-
-    def _engine(self, backend: str, at: float) -> CellModel:
-        """The backend's all-profile model, slowed as its engine is now."""
-        engine = self.cache.backend(self.windows, backend, at)
-        slowed = self.slowdowns.latest(backend)
-        return engine if slowed is None else scaled(engine, slowed.for_cell(engine))
-
     def _device_loads(self, backends: Sequence[BackendSnapshot], at: float) -> dict[str, list[DeviceLoad]]:
         """Per backend, its device's backends with their load and all-profile model (cached per backend)."""
         inflight = {b.name: b.inflight for b in backends}
@@ -493,17 +400,3 @@ class AdaptiveScorer:
             model = self.cache.backend(self.windows, b.name, at)
             loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model, capacity(b))
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
-
-    def _cell(self, backend: str, profile: str, at: float) -> CellView:
-        key = (backend, profile)
-        version = self.windows.version(backend, profile, at)
-        model = self.cache.get(self.windows, backend, profile, at)
-        cached = self._counts.get(key)
-        if cached is None or cached[0] != version:
-            samples = self.windows.samples(backend, profile, at)
-            cached = (version, len(samples), sum(1 for s in samples if s.error))
-            if key not in self._counts and len(self._counts) >= self.windows.max_cells:
-                del self._counts[next(iter(self._counts))]
-            self._counts[key] = cached
-        slowed = self.slowdowns.of(backend, profile, at)
-        return CellView(scaled(model, slowed.for_cell(model)), cached[1], cached[2])
