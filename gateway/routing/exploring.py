@@ -124,11 +124,11 @@ class Explorer:
             if spreads(backend, winner, device):  # the cheapest moment there is: the same min_samples
                 # requests, spent sooner, so the prior rules for fewer requests
                 return MAX_EPSILON / knobs.explore_epsilon
-            queued = queue_share(backend, winner, device)
-            if queued < 1.0:
-                return queued
+            # A longer queue (devices of their own) and busy neighbours (a shared device) never meet: at
+            # most one of the two factors is below 1.
             slowed = contended(backend, device[backend])
-            return min(1.0, knobs.contended_share / slowed) if slowed else 1.0
+            calm = min(1.0, knobs.contended_share / slowed) if slowed else 1.0
+            return queue_share(backend, winner, device) * calm
 
         def free(backend: str) -> bool:  # measuring it slows no neighbour and joins no longer queue
             return not contended(backend, device[backend]) and queue_share(backend, winner, device) == 1.0
