@@ -138,6 +138,7 @@ class CompletionsEndpoint:
             stream=stream,
             add_usage=stream and not asked_usage,
             exploration=decision.exploration,
+            prompt_tokens=decision.prompt_tokens,
         )
         await self._dispatch(job, receive, send)
 

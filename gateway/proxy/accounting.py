@@ -111,7 +111,12 @@ class Accounting:
         record.device_inflight_at_dispatch = device_load(self.registry, backend)
         if self.progress is not None:
             exchange.progress = self.progress.started(
-                backend, job.profile, record.inflight_at_dispatch, job.stream, shared_at_dispatch
+                backend,
+                job.profile,
+                record.inflight_at_dispatch,
+                job.stream,
+                shared_at_dispatch,
+                job.prompt_tokens,
             )
         if record.attempts == 1:
             record.overhead = monotonic() - job.started - record.queue_wait

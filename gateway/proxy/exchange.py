@@ -37,6 +37,7 @@ class Job:
     stream: bool = False
     add_usage: bool = False  # the gateway asks for usage the client did not ask for (and strips it)
     exploration: ExplorationPlan | None = None  # the router's plan, applied by `on_dispatch` listeners
+    prompt_tokens: int = 0  # the router's estimate of its prompt (0: none): what its prefill will take
     _bodies: dict[str, bytes] = field(default_factory=dict)
 
     def body_for(self, backend: str) -> bytes:

@@ -67,3 +67,4 @@ class Decision:
     fallback: tuple[str, ...] = ()
     exploration: ExplorationPlan | None = None  # booked by the dispatcher when it sends the request
     spill: Spill | None = None  # set when saturation reordered the ranking
+    prompt_tokens: int = 0  # the request's estimated prompt tokens (0: not estimated)

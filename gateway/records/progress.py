@@ -19,6 +19,7 @@ class InFlight:
     elapsed_s: float  # since dispatch
     # Share of `elapsed_s` (0..1) during which another backend of its device had requests in flight.
     device_share: float = 0.0
+    prompt_tokens: int = 0  # its prompt as the router estimated it (0: unknown): a long one waits longer
     first_content_s: float | None = None  # dispatch -> first content; None: no content yet
     frames: int = 0  # content frames relayed so far
     recent_itl_s: float | None = None  # median gap between its newest content frames; None: fewer than two

@@ -9,6 +9,7 @@ request), the learned characters-per-token ratios, and the optional adaptive obj
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
@@ -176,7 +177,8 @@ class PolicyRouter:
         policy = self.policy.current.policy  # one read: a reload mid-request cannot mix two policies
         features = extract_features(endpoint, body, backends, self.estimator)
         ctx = self._context(policy, classify(policy, features), features)
-        return schedule(ctx, backends, self.filters, self._scorers(ctx))
+        decision = schedule(ctx, backends, self.filters, self._scorers(ctx))
+        return dataclasses.replace(decision, prompt_tokens=features.prompt_tokens)
 
     def explain(
         self, endpoint: str, body: Mapping[str, Any], backends: Sequence[BackendSnapshot]

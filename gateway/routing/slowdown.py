@@ -25,7 +25,8 @@ than predicted. So, per backend, pure functions on plain data:
   them toward themselves at the load they met, and the streams in flight there read on it.
 - Waiting. A request with no content yet, waiting longer than its profile's predicted TTFT, is at least
   elapsed / predicted slower (a stream); a whole (non-streamed) one, elapsed / predicted e2e. A shorter
-  wait says nothing yet and is left out.
+  wait says nothing yet and is left out. The predicted TTFT grows with the prompt tokens it waits behind
+  (`prefill_scale`): requests sent together wait for each other's prefill, which a fit of loads cannot see.
 
 - Finished. When fewer than MIN_EVIDENCE requests in flight say something (the traffic has left the
   backend, or it serves a few at a time), the newest finished streams of its profiles make up the rest:
@@ -63,7 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from itertools import zip_longest
 
-from gateway.records import Progress, Sample
+from gateway.records import InFlight, Progress, Sample
 from gateway.routing.cells import CellModel
 from gateway.routing.fitting import Fit, LoadPoint, fit_load
 from gateway.routing.regime import CHANGE_RUN, SHARE_MARGIN, expect, regime_shift, regimes
@@ -292,13 +293,34 @@ def live_ratios(
             continue  # content has started: too little of it to read a pace
         if not paced.covers(r.concurrency, r.device_share):
             continue
-        predicted = expect(model.ttft, r.concurrency, r.device_share)
+        ahead = queued_prompt_tokens(progress, r)
+        predicted = expect(model.ttft, r.concurrency, r.device_share) * prefill_scale(model, ahead)
         if not r.stream and model.tpot is not None:
             predicted += model.mean_output_tokens * expect(model.tpot, r.concurrency, r.device_share)
         predicted *= factor
         if predicted > 0 and r.elapsed_s > predicted:
             ratios.append(r.elapsed_s / predicted)  # a lower bound: it is still waiting
     return ratios
+
+
+def queued_prompt_tokens(progress: Progress, request: InFlight) -> int:
+    """The prompt tokens `request` waits behind for its first token, its own included: those of the
+    requests in flight on its backend with no content yet, sent no later than it (estimated; 0: unknown)."""
+    return sum(
+        r.prompt_tokens
+        for r in progress.requests
+        if r.first_content_s is None and r.elapsed_s >= request.elapsed_s
+    )
+
+
+def prefill_scale(model: CellModel, queued_tokens: int) -> float:
+    """How many times the cell's fitted wait for a first token a request may take behind `queued_tokens`
+    of prompts (queued_prompt_tokens): their sum over the cell's mean prompt, when more. The TTFT fit
+    knows loads, not prompts: three 2.6k-token prompts arriving together in a profile whose fit was
+    measured one arrival at a time wait for each other's prefill, and read as an engine slowed 2.4x."""
+    if queued_tokens <= 0 or model.mean_prompt_tokens <= 0:
+        return 1.0
+    return max(1.0, queued_tokens / model.mean_prompt_tokens)
 
 
 def _median(values: Sequence[float]) -> float:

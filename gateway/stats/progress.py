@@ -52,15 +52,33 @@ class Meter(Protocol):
 class Attempt:
     """One attempt in flight: where it went, when, at what load; its stream meter once it streams."""
 
-    __slots__ = ("backend", "profile", "concurrency", "stream", "sent", "shared_at", "meter", "marks")
+    __slots__ = (
+        "backend",
+        "profile",
+        "concurrency",
+        "stream",
+        "sent",
+        "shared_at",
+        "prompt_tokens",
+        "meter",
+        "marks",
+    )
 
     def __init__(
-        self, backend: str, profile: str, concurrency: int, stream: bool, sent: float, shared_at: float
+        self,
+        backend: str,
+        profile: str,
+        concurrency: int,
+        stream: bool,
+        sent: float,
+        shared_at: float,
+        prompt_tokens: int = 0,
     ) -> None:
         self.backend = backend
         self.profile = profile
         self.concurrency = concurrency
         self.stream = stream
+        self.prompt_tokens = prompt_tokens  # estimated (0: unknown)
         self.sent = sent  # gateway.clock.monotonic, the stream meter's clock
         self.shared_at = shared_at  # the backend's device-shared seconds when it was sent
         self.meter: Meter | None = None
@@ -79,9 +97,15 @@ class ProgressBook:
         self._attempts: dict[str, dict[Attempt, None]] = {}  # backend -> attempts, oldest first
 
     def started(
-        self, backend: str, profile: str, concurrency: int, stream: bool, shared_at: float
+        self,
+        backend: str,
+        profile: str,
+        concurrency: int,
+        stream: bool,
+        shared_at: float,
+        prompt_tokens: int = 0,
     ) -> Attempt:
-        attempt = Attempt(backend, profile, concurrency, stream, self.clock(), shared_at)
+        attempt = Attempt(backend, profile, concurrency, stream, self.clock(), shared_at, prompt_tokens)
         self._attempts.setdefault(backend, {})[attempt] = None
         return attempt
 
@@ -115,14 +139,11 @@ def _record(attempt: Attempt, now: float, shared_now: float, sent: Sequence[floa
     # Readings spaced a quarter of the span the share is read over (of the life so far before content).
     if now - attempt.marks[-1][0] >= (span if gaps else elapsed) / 4:
         attempt.marks.append((now, shared_now))
+    known = (attempt.profile, attempt.concurrency, attempt.stream, elapsed, share, attempt.prompt_tokens)
     if meter is None or first is None:
-        return InFlight(attempt.profile, attempt.concurrency, attempt.stream, elapsed, share)
+        return InFlight(*known)
     return InFlight(
-        attempt.profile,
-        attempt.concurrency,
-        attempt.stream,
-        elapsed,
-        share,
+        *known,
         first_content_s=max(0.0, first - attempt.sent),
         frames=meter.content_frames,
         recent_itl_s=statistics.median(gaps) if gaps else None,

@@ -132,6 +132,15 @@ def test_the_gateway_records_scrapes_and_serves_live_stats_on_a_twin(tmp_path: P
                    "probe": {"starting_interval_s": 0.02}, "measurement": {"scrape_interval_s": 0.05}},
             )
             gateway = build_gateway(settings)
+            accounting = gateway.dispatcher.accounting
+            assert accounting.progress is not None
+            book = accounting.progress
+
+            def seen_at_dispatch(job: Any, backend: str) -> None:  # the router sees the prompt in flight
+                queued.append(book.view(backend).requests[-1].prompt_tokens)
+
+            queued: list[int] = []
+            accounting.on_dispatch.append(seen_at_dispatch)
             app = build_app(gateway)
             async with Lifespan(app):
                 async with asyncio.timeout(20):
@@ -145,6 +154,7 @@ def test_the_gateway_records_scrapes_and_serves_live_stats_on_a_twin(tmp_path: P
                     await asyncio.sleep(0.2)  # a few scrape rounds
                     stats = await _get(app, "/gateway/stats")
                     metrics = (await _get_raw(app, "/metrics")).decode()
+        assert len(queued) == 3 and all(32 <= n <= 128 for n in queued), queued  # the ~64-token estimate
         return stats, metrics
 
     stats, metrics = asyncio.run(scenario())

@@ -93,6 +93,22 @@ def test_a_wait_shorter_than_the_predicted_ttft_says_nothing_and_a_long_one_is_a
     assert slowdown(samples, late) > 2.9
 
 
+def test_a_wait_behind_the_prompts_queued_ahead_is_not_a_slow_down() -> None:
+    samples = stream_samples(0.020)  # prompts of 500 tokens, TTFT 0.2 s
+    # Eight prompts of the cell's mean length sent together, none answered yet, each 3x the fit's TTFT:
+    # each waits behind eight prefills (4000 tokens, 8x the mean), which the fit, measured on arrivals one
+    # at a time, does not know.
+    together = [InFlight("chat", 2, True, 0.6, prompt_tokens=500) for _ in range(8)]
+    assert slowdown(samples, together) == 1.0
+    assert slowdown(samples, [replace(r, prompt_tokens=0) for r in together]) > 2.9  # prompts unknown
+    # Counted in tokens, not requests: eight 60-token prompts queue less than one of the mean's length.
+    short = [replace(r, prompt_tokens=60) for r in together]
+    assert slowdown(samples, short) > 2.9
+    # Only what was sent no later waits ahead: a request sent before the others waits for its own prompt.
+    first = [replace(r, elapsed_s=0.6 + 0.001 * i, prompt_tokens=100) for i, r in enumerate(together)]
+    assert slowdown(samples, first) > 2.0  # the oldest five wait behind at most 500 tokens
+
+
 def test_a_profile_whose_fit_moved_scales_the_cells_that_predate_it() -> None:
     fast, slow = stream_samples(0.020, n=20), stream_samples(0.020 * 2.5, n=5)
     moved = decode_pace(fast + slow)
