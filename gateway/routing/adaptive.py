@@ -130,15 +130,19 @@ class AdaptiveScorer:
         self.hints = hints
         self.progress = progress  # None: finished requests are all it sees
         self.cache = cache or ModelCache(windows.max_cells)  # bounded like the windows
-        # Each backend's slow-down as of the decision under way (the model choice, `_prediction`, the
-        # Explorer), and the models each decision predicts with.
-        self.slowdowns = EngineSlowdowns(windows, self.cache, progress)
-        self.models = ModelChoice(windows, self.cache, self.slowdowns)
+        # The models each decision predicts with, scaled by each backend's slow-down as of the decision
+        # under way (also read by `_prediction` and the Explorer: `slowdowns`).
+        self.models = ModelChoice(windows, self.cache, EngineSlowdowns(windows, self.cache, progress))
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
         self.explore = explore  # False: never explores (explain's preview)
         self.probes = probes  # True: decode probes are sent for plans that ask (proxy/decode_probe.py)
         self._prior = PreferenceScorer()
+
+    @property
+    def slowdowns(self) -> EngineSlowdowns:
+        """Each backend's slow-down as of the decision under way (the model choice's)."""
+        return self.models.slowdowns
 
     def assess(
         self, ctx: RouteContext, now: Sequence[BackendSnapshot], later: Sequence[BackendSnapshot] = ()
@@ -164,7 +168,7 @@ class AdaptiveScorer:
         unit, measured = exploration_unit(ctx.profile.name, ctx.features.repetition, cells)
         explorer = Explorer(self.ledger, self.slowdowns, self.windows.max_age_s)
         promising = self._promising(ctx, backends, cells, device, decided)
-        probed = [name for name in cells if self.probes and probe_instead(ctx, cells, device, name)]
+        probed = [name for name in cells if probe_instead(ctx, cells, device, name)] if self.probes else []
         explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising, probed)
         if explored is None:
             return replace(decided, plan=plan)
@@ -310,8 +314,7 @@ class AdaptiveScorer:
             progress=self.progress,
             probes=self.probes,
         )
-        preview.slowdowns = self.slowdowns.sharing_paces()
-        preview.models = replace(self.models, slowdowns=preview.slowdowns)  # the same counts
+        preview.models = replace(self.models, slowdowns=self.slowdowns.sharing_paces())  # the same counts
         return preview
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:

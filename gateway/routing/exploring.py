@@ -231,7 +231,7 @@ def probe_instead(
 ) -> bool:
     """Whether a decode probe measures what exploring backend `name` with this request would: the
     profile ranks by decode speed, which the cell borrows from the engine's all-profile fit while short of
-    samples (adaptive.AdaptiveScorer._model; probes feed that fit), the content is novel (what a probe's
+    samples (model_choice.ModelChoice.choose; probes feed that fit), the content is novel (what a probe's
     is), and the request would slow busy requests of its device's other engines for its whole life."""
     return (
         ctx.profile.objective == "tokens_per_second"

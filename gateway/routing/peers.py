@@ -16,7 +16,7 @@ measured peer every later request of the burst until those answers came back: on
 Only a backend with its device to itself borrows: beside a busy neighbour, a request costs that neighbour
 contention the peer's fit never saw, and the shared-device rules (routing/shared_device.py) need the
 backend's own steady state. Such a backend, measured on other profiles, takes the peer's model of this one
-scaled by how much slower it decodes than the peer (`decode_ratio`; adaptive.AdaptiveScorer._relative).
+scaled by how much slower it decodes than the peer (`decode_ratio`; model_choice.ModelChoice.relative).
 """
 
 from __future__ import annotations

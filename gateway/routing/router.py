@@ -9,7 +9,6 @@ request), the learned characters-per-token ratios, and the optional adaptive obj
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
@@ -97,6 +96,7 @@ def schedule(
         fallback=tuple(name for name, _ in fallback),
         exploration=exploration,
         spill=spilled,
+        prompt_tokens=ctx.features.prompt_tokens,
     )
 
 
@@ -177,8 +177,7 @@ class PolicyRouter:
         policy = self.policy.current.policy  # one read: a reload mid-request cannot mix two policies
         features = extract_features(endpoint, body, backends, self.estimator)
         ctx = self._context(policy, classify(policy, features), features)
-        decision = schedule(ctx, backends, self.filters, self._scorers(ctx))
-        return dataclasses.replace(decision, prompt_tokens=features.prompt_tokens)
+        return schedule(ctx, backends, self.filters, self._scorers(ctx))
 
     def explain(
         self, endpoint: str, body: Mapping[str, Any], backends: Sequence[BackendSnapshot]

@@ -64,7 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from itertools import zip_longest
 
-from gateway.records import InFlight, Progress, Sample
+from gateway.records import Progress, Sample
 from gateway.routing.cells import CellModel
 from gateway.routing.fitting import Fit, LoadPoint, fit_load
 from gateway.routing.regime import CHANGE_RUN, SHARE_MARGIN, expect, regime_shift, regimes
@@ -272,6 +272,7 @@ def live_ratios(
     """Observed / predicted for each request in flight that says something yet (see the module docstring);
     a cell that predates the backend's `shift` predicts with it."""
     ratios: list[float] = []
+    ahead = queued_prompt_tokens(progress)
     for r in progress.requests:
         model = cell(r.profile)
         if model is None or model.samples < min_samples:
@@ -293,8 +294,8 @@ def live_ratios(
             continue  # content has started: too little of it to read a pace
         if not paced.covers(r.concurrency, r.device_share):
             continue
-        ahead = queued_prompt_tokens(progress, r)
-        predicted = expect(model.ttft, r.concurrency, r.device_share) * prefill_scale(model, ahead)
+        queued = ahead.get(r.elapsed_s, 0)
+        predicted = expect(model.ttft, r.concurrency, r.device_share) * prefill_scale(model, queued)
         if not r.stream and model.tpot is not None:
             predicted += model.mean_output_tokens * expect(model.tpot, r.concurrency, r.device_share)
         predicted *= factor
@@ -303,14 +304,16 @@ def live_ratios(
     return ratios
 
 
-def queued_prompt_tokens(progress: Progress, request: InFlight) -> int:
-    """The prompt tokens `request` waits behind for its first token, its own included: those of the
-    requests in flight on its backend with no content yet, sent no later than it (estimated; 0: unknown)."""
-    return sum(
-        r.prompt_tokens
-        for r in progress.requests
-        if r.first_content_s is None and r.elapsed_s >= request.elapsed_s
-    )
+def queued_prompt_tokens(progress: Progress) -> dict[float, int]:
+    """Per time since dispatch of a request with no content yet, the prompt tokens it waits behind for its
+    first token, its own included: those of the backend's requests with no content yet sent no later than
+    it (estimated; 0: unknown). One pass over the view, oldest first."""
+    ahead: dict[float, int] = {}
+    total = 0
+    for r in sorted((r for r in progress.requests if r.first_content_s is None), key=lambda r: -r.elapsed_s):
+        total += r.prompt_tokens
+        ahead[r.elapsed_s] = total  # requests sent at the same instant wait behind each other alike
+    return ahead
 
 
 def prefill_scale(model: CellModel, queued_tokens: int) -> float:

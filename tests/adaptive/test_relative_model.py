@@ -1,6 +1,6 @@
 """A backend sharing its device, short of samples for a decode-speed profile, is predicted from the profile's
 model on the peer that measured it, times how much slower it decodes the profiles both measured
-(AdaptiveScorer._relative, peers.decode_ratio), not from its own all-profile fit, which only knows the
+(ModelChoice.relative, peers.decode_ratio), not from its own all-profile fit, which only knows the
 loads and prompts it happened to serve."""
 
 from __future__ import annotations
