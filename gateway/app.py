@@ -256,7 +256,8 @@ def book_explorations(scorer: AdaptiveScorer, probes: DecodeProbes | None = None
             return
         scorer.book(plan, backend)
         if plan.probe and plan.backend is not None and probes is not None:
-            probes.send(plan.backend)
+            for _ in range(plan.probes):
+                probes.send(plan.backend)
 
     return book
 

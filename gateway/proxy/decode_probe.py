@@ -12,11 +12,10 @@ all-profile fit (what a `tokens_per_second` cell short of samples borrows) reads
 A probe is a streamed completion of PROBE_TOKENS tokens with `ignore_eos` (vLLM, SGLang and llama.cpp
 accept it), so it decodes them all. Its stream is read by the relay's meter (proxy/stream.SseMeter): its
 TTFT is the first frame with content, its token count the usage (asked with include_usage) or else its
-content frames. It goes to /v1/completions, or to
-/v1/chat/completions for a backend configured to serve chat and not completions. A few probes of one
-backend may run at once (the min_samples of one estimate, planned back to back), never more than
-MAX_IN_FLIGHT. A probe that fails records nothing and blames nobody: health is the prober's and the
-breakers' business.
+content frames. It goes to /v1/completions, or to /v1/chat/completions for a backend configured to serve
+chat and not completions. A few probes of one backend may run at once (what one estimate lacks of its
+min_samples, sent together, each timed at the load the others make), never more than MAX_IN_FLIGHT. A
+probe that fails records nothing and blames nobody: health is the prober's and the breakers' business.
 """
 
 from __future__ import annotations
@@ -99,7 +98,8 @@ class DecodeProbes:
 
     async def _probe(self, backend: str) -> None:
         target = self.targets[backend]
-        concurrency = self.inflight(backend) + 1  # as dispatch counts a request: itself included
+        # As dispatch counts a request, itself included, and the probes sent with it
+        concurrency = self.inflight(backend) + len(self._running.get(backend, ()))
         shared_at_start = self.shared_seconds(backend)
         started = self.clock()
         meter = SseMeter(strip_usage=False, clock=self.clock)

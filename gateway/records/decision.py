@@ -30,17 +30,21 @@ class ExplorationPlan:
     """What this request would do to its profile's exploration state: computed while scoring, applied only
     when the dispatcher sends the request (scoring changes nothing, so explain and a fallback cost nothing).
 
-    `accrued` is the credit this request adds; `backend`, when set, is the under-measured backend the
-    request explores, which spends one credit and books one exploration if the request is sent there (sent
-    elsewhere, it spends nothing). `probe`: `backend` is measured by a decode probe (proxy/decode_probe.py)
-    instead, sent when the request is, wherever the request goes. `drop`: nothing is left to measure for
-    the profile, so its credit is dropped instead of carried into the next gap."""
+    `accrued` is the credit this request adds; `backend`, when set, is the under-measured backend the request
+    explores, which spends one credit and books one exploration if the request is sent there (sent elsewhere,
+    it spends nothing). `probes`: `backend` is measured by that many decode probes (proxy/decode_probe.py)
+    instead, sent together when the request is, wherever the request goes. `drop`: nothing is left to measure
+    for the profile, so its credit is dropped instead of carried into the next gap."""
 
     profile: str
     accrued: float = 0.0
     backend: str | None = None
     drop: bool = False
-    probe: bool = False
+    probes: int = 0
+
+    @property
+    def probe(self) -> bool:
+        return self.probes > 0
 
 
 @dataclass(frozen=True, slots=True)

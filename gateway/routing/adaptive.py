@@ -173,10 +173,20 @@ class AdaptiveScorer:
         if explored is None:
             return replace(decided, plan=plan)
         if explored.backend in probed:
-            return replace(decided, plan=replace(plan, probe=True))
+            probes = self._probes(explored.backend, knobs.min_samples, at)
+            return replace(decided, plan=replace(plan, probes=probes))
         errors = {name: cell.error_rate for name, cell in cells.items()}
         exploring = verdict(decided.predictions, errors, decided.prior, explored, knobs.tolerance)
         return replace(exploring, plan=plan)
+
+    def _probes(self, backend: str, min_samples: int, at: float) -> int:
+        """Decode probes to plan for `backend`: as many as its all-profile fit lacks of min_samples, sent
+        together, since a cell short of samples borrows that fit only once it holds them
+        (model_choice.ModelChoice.choose); else one, to refresh it. One a decision left spark-duo-degrading's
+        fp8-base unmeasured through a closed-loop 16-user round: four probes went out before every user
+        waited on the throttled fp8-mtp, and the round's first two requests after the slow-down followed
+        them there."""
+        return max(1, min_samples - self.models.engine(backend, at).samples)
 
     def book(self, plan: ExplorationPlan, backend: str) -> None:
         """The dispatcher sent a request planned as `plan` to `backend`: apply the plan (pacing.py)."""

@@ -163,7 +163,8 @@ class ExplorationLedger:
         credit = self._credit.get(plan.profile, 0.0) + plan.accrued
         if plan.backend is not None and (plan.backend == backend or plan.probe):
             credit -= 1.0
-            self._remember(plan.backend, plan.profile, now, since)
+            for _ in range(max(1, plan.probes)):  # each probe is one of the cell's measurements
+                self._remember(plan.backend, plan.profile, now, since)
             if plan.probe:  # measured now, though the request went elsewhere: the cell's age restarts
                 booked, _ = self._booked[plan.profile]
                 self._send(plan.backend, plan.profile, booked, now)

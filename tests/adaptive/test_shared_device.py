@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gateway.policy.load import parse_policy
+from gateway.proxy.decode_probe import PROBE_PROFILE
 from gateway.records import BackendSnapshot
 from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.cells import build_model
@@ -195,13 +196,16 @@ def test_a_claim_is_not_carried_along_a_holder_that_never_measured_the_claimants
 
 
 def probed(
-    x_inflight: int, probes: bool = True, devices: dict[str, str] = SHARED
-) -> list[tuple[int, str, bool]]:
-    """(request, where it went, whether it probed y) for each request that measured y, as in
-    first_exploration (x measured and busy, y never answered, epsilon 0.5)."""
+    x_inflight: int, probes: bool = True, devices: dict[str, str] = SHARED, y_probed: int = 0
+) -> list[tuple[int, str, int]]:
+    """(request, where it went, the decode probes it sent y) for each request that measured y, as in
+    first_exploration (x measured and busy, y never answered on the profile, epsilon 0.5); `y_probed`:
+    decode probes y answered before, slower than x."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for sample in samples(0.020):
         recorder.record("x", "default", sample)
+    for sample in samples(0.030)[:y_probed]:
+        recorder.record("y", PROBE_PROFILE, sample)
     policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5, min_samples=5)))
     router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=devices, probes=probes))
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
@@ -211,15 +215,23 @@ def probed(
         decision = router.route("completions", body, pool)
         plan = decision.exploration
         went = sent(router, decision)
-        if went == "y" or (plan is not None and plan.probe):
-            measured.append((i, went, plan is not None and plan.probe))
+        probes = 0 if plan is None else plan.probes
+        if went == "y" or probes:
+            measured.append((i, went, probes))
     return measured
 
 
-def test_a_busy_neighbour_gets_a_decode_probe_where_a_request_would_have_explored() -> None:
-    # y is due after 10 requests: five probes back to back, every request still going to x. A probe
-    # costs x's requests a few tokens' company, so it does not wait for a quiet moment as a request does.
-    assert probed(14) == [(i, "x", True) for i in (10, 11, 12, 13, 14)]
-    assert probed(14, probes=False) == [(i, "y", False) for i in (20, 21, 22, 23, 24)]  # no prober
+def test_a_busy_neighbour_gets_decode_probes_where_a_request_would_have_explored() -> None:
+    # y is due after 10 requests: the five probes its estimate lacks go together, every request still going
+    # to x. A probe costs x's requests a few tokens' company, so it does not wait for a quiet moment as a
+    # request does.
+    assert probed(14) == [(10, "x", 5)]
+    assert probed(14, probes=False) == [(i, "y", 0) for i in (20, 21, 22, 23, 24)]  # no prober
     # On a device of its own, y slows nobody: assumed as fast as the busy x, it takes the requests.
-    assert probed(14, devices={}) == [(i, "y", False) for i in range(40)]
+    assert probed(14, devices={}) == [(i, "y", 0) for i in range(40)]
+
+
+def test_probes_top_up_what_the_engine_fit_lacks() -> None:
+    # Three probes answered: two more make the five an estimate needs. Five answered: one refreshes it.
+    assert probed(14, y_probed=3)[0] == (10, "x", 2)
+    assert probed(14, y_probed=5)[0] == (10, "x", 1)

@@ -109,6 +109,16 @@ async def test_a_probe_is_timed_from_its_stream_and_recorded_under_its_own_profi
     assert sample.concurrency == 4 and sample.device_share == 1.0 and sample.repetition == 0.0
 
 
+async def test_probes_sent_together_are_each_other_s_load() -> None:
+    clock, recorded = Clock(), []
+    probes = probes_for(Engine(clock), recorded)
+    for _ in range(3):
+        probes.send("base")
+    await settle(probes)
+    # 3 client requests in flight and the 3 probes: each probe decoded in a batch of 6
+    assert [sample.concurrency for _, _, sample in recorded] == [6, 6, 6]
+
+
 async def test_without_usage_the_chunks_with_text_are_counted() -> None:
     clock, recorded = Clock(), []
     probes = probes_for(Engine(clock, usage=False), recorded, busy=False)

@@ -100,7 +100,7 @@ def test_a_probe_spends_its_credit_and_measures_its_cell_wherever_the_request_we
     for at in range(4):
         ledger.book(ExplorationPlan("p"), "a", now=100.0 + at, since=0.0)
     assert ledger.age("b", "p", now=104.0) == Age(4, 4.0)
-    probe = ExplorationPlan("p", accrued=1.0, backend="b", probe=True)
+    probe = ExplorationPlan("p", accrued=1.0, backend="b", probes=1)
     ledger.book(probe, "a", now=105.0, since=0.0)  # the request went to a; b was probed
     assert ledger.credit("p") == 0.0 and ledger.explorations("b", "p", since=0.0) == 1
     assert ledger.age("b", "p", now=106.0) == Age(0, 1.0)  # measured with the 5th request of the profile
