@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import orjson
 
@@ -38,8 +39,16 @@ Observer = Callable[[RequestRecord], None]
 DispatchListener = Callable[[Job, str], None]
 
 
+class Marks(NamedTuple):
+    """A backend's device-time readings when an attempt started (`Accounting.dispatching`)."""
+
+    shared_s: float
+    load_s: float
+
+
 class DeviceTime:
-    """Per backend, the seconds during which another backend of its device had requests in flight.
+    """Per backend, the seconds during which another backend of its device had requests in flight, and
+    its in-flight count integrated over time (over a request's life, its mean load: Sample.mean_load).
 
     It reads the in-flight count and is told (as a watcher) just before any count changes; reading a
     backend's total when a request starts and when it ends gives how long that request shared the device
@@ -57,21 +66,30 @@ class DeviceTime:
         self._clock = clock
         self._since = clock()
         self._shared: dict[str, float] = {}
+        self._load: dict[str, float] = {}
         counts.watchers.append(self._advance)
 
     def shared_seconds(self, backend: str) -> float:
         self._advance()
         return self._shared.get(backend, 0.0)
 
+    def marks(self, backend: str) -> Marks:
+        """Both readings of `backend` now: their differences over an attempt are its shared seconds and
+        its load-seconds."""
+        return Marks(self.shared_seconds(backend), self._load.get(backend, 0.0))
+
     def _advance(self) -> None:
         now = self._clock()
         elapsed, self._since = now - self._since, now
+        if elapsed <= 0:
+            return
         busy: dict[str, int] = {}  # device -> backends with requests in flight
         for backend in self._counts.busy():
+            self._load[backend] = self._load.get(backend, 0.0) + self._counts[backend] * elapsed
             device = self._device.get(backend)
             if device is not None:
                 busy[device] = busy.get(device, 0) + 1
-        if elapsed <= 0 or not busy:
+        if not busy:
             return
         for backend in self._device:
             own = 1 if self._counts[backend] > 0 else 0
@@ -100,13 +118,13 @@ class Accounting:
         self.progress = progress
         progress.shared_seconds = self.device_time.shared_seconds
 
-    def dispatching(self, exchange: Exchange, backend: str) -> float:
+    def dispatching(self, exchange: Exchange, backend: str) -> Marks:
         """The request is about to be sent to `backend`, where it is already counted: note the load it
         meets and, on its first attempt, the gateway's own time so far (queueing excluded); tell the
-        dispatch listeners the first time it goes upstream. Returns the device-time mark to hand back to
+        dispatch listeners the first time it goes upstream. Returns the device-time marks to hand back to
         `answered`."""
         record, job = exchange.record, exchange.job
-        shared_at_dispatch = self.device_time.shared_seconds(backend)
+        marks = self.device_time.marks(backend)
         record.inflight_at_dispatch = self.registry.backends[backend].inflight
         record.device_inflight_at_dispatch = device_load(self.registry, backend)
         if self.progress is not None:
@@ -115,7 +133,7 @@ class Accounting:
                 job.profile,
                 record.inflight_at_dispatch,
                 job.stream,
-                shared_at_dispatch,
+                marks.shared_s,
                 job.prompt_tokens,
             )
         if record.attempts == 1:
@@ -127,11 +145,13 @@ class Accounting:
                     listener(job, backend)
                 except Exception:  # a broken listener must not break the request path
                     log.exception("dispatch listener %r failed", listener)
-        return shared_at_dispatch
+        return marks
 
-    def answered(self, exchange: Exchange, backend: str, shared_at_dispatch: float) -> None:
+    def answered(self, exchange: Exchange, backend: str, at_dispatch: Marks) -> None:
         """The attempt on `backend` is over (answered, failed or cancelled)."""
-        exchange.record.device_shared_s = self.device_time.shared_seconds(backend) - shared_at_dispatch
+        now = self.device_time.marks(backend)
+        exchange.record.device_shared_s = now.shared_s - at_dispatch.shared_s
+        exchange.record.load_s = now.load_s - at_dispatch.load_s
         if self.progress is not None and exchange.progress is not None:
             self.progress.ended(exchange.progress)
             exchange.progress = None

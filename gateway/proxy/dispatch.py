@@ -279,7 +279,7 @@ class Dispatcher:
         job, record = exchange.job, exchange.record
         state = self.registry.backends[backend]
         headers = {"content-type": "application/json", **state.config.auth_headers()}
-        shared_at_dispatch = self.accounting.dispatching(exchange, backend)
+        at_dispatch = self.accounting.dispatching(exchange, backend)
         watched = self.stall.enter(backend, job.stream, len(body)) if self.stall is not None else None
         response: UpstreamResponse | None = None
         opened: relay.Opened | None = None
@@ -316,7 +316,7 @@ class Dispatcher:
                 self.stall.leave(watched)
             if response is not None:
                 response.close()
-            self.accounting.answered(exchange, backend, shared_at_dispatch)
+            self.accounting.answered(exchange, backend, at_dispatch)
 
     async def _send(self, url: str, headers: dict[str, str], body: bytes, backend: str) -> UpstreamResponse:
         """The upstream POST; AttemptFailed when no response head came (a connect timeout says so)."""

@@ -23,6 +23,7 @@ class RequestRecord:
     inflight_at_dispatch: int = 0  # the backend's in-flight count including this request
     device_inflight_at_dispatch: int = 0  # the same over every backend sharing its device
     device_shared_s: float = 0.0  # seconds of the attempt during which another backend of its device was busy
+    load_s: float = 0.0  # the backend's in-flight count integrated over the attempt (this request included)
     ttft: float | None = None
     itl: list[float] = field(default_factory=list)
     tpot: float | None = None

@@ -27,6 +27,10 @@ class Sample:
     # The prompt's repetition share (records.Features.repetition): on a speculative engine it sets how many
     # drafts are accepted, so the router can tell repetitive from novel content apart in decode speed.
     repetition: float = 0.0
+    # The backend's mean in-flight count over the request's life, itself included; None where unknown (a
+    # decode probe's, an older snapshot's). `concurrency` is the load it met at dispatch: the first request
+    # of a burst meets 1 and decodes at 16 (routing/slowdown.py tells the two apart).
+    mean_load: float | None = None
 
     @property
     def tpot(self) -> float | None:

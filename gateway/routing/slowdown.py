@@ -28,11 +28,12 @@ than predicted. So, per backend, pure functions on plain data:
   wait says nothing yet and is left out. The predicted TTFT grows with the prompt tokens it waits behind
   (`prefill_scale`): requests sent together wait for each other's prefill, which a fit of loads cannot see.
 
-- Finished. When fewer than MIN_EVIDENCE requests in flight say something (the traffic has left the
-  backend, or it serves a few at a time), the newest finished streams of its profiles make up the rest:
-  each one's gap / the fit of its profile's streams before the newest MIN_EVIDENCE at the load it met,
-  newest first. So the factor holds once traffic has moved away (what moved it is then finished), until
-  the fits have taken the slow answers in.
+- Finished. When fewer than MIN_EVIDENCE requests in flight say something (the traffic has left the backend,
+  or it serves a few at a time), the newest finished streams of its profiles make up the rest: each one's
+  gap / the fit of its profile's streams before the newest MIN_EVIDENCE at the load it met, newest first;
+  only one that decoded at a load that fit covered (its mean load over its life, Sample.mean_load: a burst's
+  first request is sent at a load of one and decodes at sixteen). So the factor holds once traffic has moved
+  away (what moved it is then finished), until the fits have taken the slow answers in.
 
 Every ratio is taken against a fit at the device share the request met, so contention that device_share
 already explains is not counted twice, and only at a load (c, device share) its profile's finished streams
@@ -151,20 +152,23 @@ class Slowdown:
         return f"engine slowed {factor:.2g}x ({'; '.join(parts)})"
 
 
-def itl_points(samples: Sequence[Sample]) -> list[LoadPoint]:
+def itl_points(samples: Sequence[Sample]) -> tuple[list[LoadPoint], list[float]]:
     """(c, device share, frame gap) of the successful streamed samples, oldest first: the trimmed mean gap
-    (the whole mean where a sample has none: restored from an older snapshot)."""
-    points = []
+    (the whole mean where a sample has none: restored from an older snapshot); and beside each, the load
+    it decoded at: its mean load over its life, or its load at dispatch if that was higher or is all that
+    is known."""
+    points, lives = [], []
     for s in samples:
         gap = s.trimmed_itl if s.trimmed_itl is not None else s.mean_itl
         if not s.error and gap is not None and gap > 0:
             points.append((float(s.concurrency), s.device_share, gap))
-    return points
+            lives.append(max(float(s.concurrency), s.mean_load or 0.0))
+    return points, lives
 
 
 def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     """The decode pace of one cell's samples (oldest first)."""
-    points = itl_points(samples)
+    points, lives = itl_points(samples)
     found = regimes(points, factor=PACE_CHANGE)
     start = found[-1][0]
     regime = points[start:]
@@ -175,7 +179,7 @@ def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     older = regime[:-MIN_EVIDENCE]
     if len(older) >= CHANGE_RUN and (before := fit_load(older)) is not None:
         pace = replace(pace, before_newest=_reaching(before, older))
-    return replace(pace, newest=newest_ratios(regime, pace))
+    return replace(pace, newest=newest_ratios(regime, pace, lives[start:]))
 
 
 def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> DecodePace:
@@ -184,17 +188,24 @@ def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> Deco
     return DecodePace(fit, shift, c_high=max(c for c, _, _ in points), shares=shares)
 
 
-def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float, ...]:
+def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace, lives: Sequence[float]) -> tuple[float, ...]:
     """The newest MIN_EVIDENCE streams' gaps over what the regime's streams before them predict (newest
     first), at loads those covered (`pace.reference`); with too few before them, over the regime's own
     fit. Against a fit they are part of, slow answers after a slow-down too small for a regime change would
-    pull the fit toward themselves and read as nearly on it."""
-    newest = regime[-MIN_EVIDENCE:]
+    pull the fit toward themselves and read as nearly on it. A stream counts only if the load it decoded at
+    (`lives`, beside each point) was covered too: the first requests of a burst are sent at a load of one
+    or two and decode at sixteen, and read against the fit at their dispatch they looked 1.8x slow on a
+    healthy engine (spark-duo-35b's mixed phase), which moved the burst's traffic to its neighbour."""
+    newest = list(zip(regime, lives, strict=True))[-MIN_EVIDENCE:]
     reach = pace.reference
     fit = reach.fit
     if fit is None:
         return ()
-    return tuple(y / e for c, z, y in reversed(newest) if reach.covers(c, z) and (e := expect(fit, c, z)) > 0)
+    return tuple(
+        y / e
+        for (c, z, y), life in reversed(newest)
+        if reach.covers(life, z) and (e := expect(fit, c, z)) > 0
+    )
 
 
 def scaled(model: CellModel, factor: float) -> CellModel:

@@ -57,6 +57,9 @@ class Completion(Protocol):
     def device_shared_s(self) -> float: ...
 
     @property
+    def load_s(self) -> float: ...
+
+    @property
     def ttft(self) -> float | None: ...
 
     @property
@@ -107,12 +110,18 @@ def record_sample(record: Completion) -> Sample | None:
         # On a shared device the other engines' requests slow this one too: kept apart from its own
         # batch, so the fit can tell the two effects apart (routing/fitting.py).
         device_share=_share(record.device_shared_s, record.e2e - before),
+        mean_load=_mean_load(record.load_s, record.e2e - before),
         error=failed,
         mean_itl=sum(gaps) / len(gaps) if gaps else None,
         trimmed_itl=trimmed_mean(gaps) if gaps else None,
         # Read after the answer went out (bounded work): a speculative engine's decode speed depends on it.
         repetition=_repetition(getattr(record, "body", None)),  # a record without its request: novel
     )
+
+
+def _mean_load(load_s: float, seconds: float) -> float | None:
+    """The mean in-flight count over an attempt of `seconds`; None when it lasted no time to divide."""
+    return load_s / seconds if seconds > 0 and load_s > 0 else None
 
 
 def trimmed_mean(gaps: Sequence[float], trim: float = 0.1) -> float:

@@ -78,6 +78,7 @@ def _sample(raw: Any) -> tuple[float, Sample] | None:
     try:
         at = float(raw["at"])
         ttft, itl, trimmed = raw.get("ttft"), raw.get("mean_itl"), raw.get("trimmed_itl")
+        load = raw.get("mean_load")
         sample = Sample(
             e2e=float(raw["e2e"]),
             ttft=None if ttft is None else float(ttft),
@@ -89,6 +90,7 @@ def _sample(raw: Any) -> tuple[float, Sample] | None:
             trimmed_itl=None if trimmed is None else float(trimmed),
             device_share=float(raw.get("device_share", 0.0)),
             repetition=float(raw.get("repetition", 0.0)),
+            mean_load=None if load is None else float(load),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -36,11 +36,12 @@ def record(**fields: Any) -> RequestRecord:
 def test_a_completion_record_becomes_a_sample_timed_from_dispatch() -> None:
     r = record(backend="x", status=200, inflight_at_dispatch=3, device_inflight_at_dispatch=5, ttft=0.5,
                e2e=2.5, overhead=0.1, itl=[0.02] * 9 + [0.22], output_tokens=41, prompt_tokens=100,
-               device_shared_s=0.6)
+               device_shared_s=0.6, load_s=9.6)
     s = record_sample(r)
     assert s is not None
     assert (round(s.ttft or 0, 3), round(s.e2e, 3), s.concurrency, s.error) == (0.4, 2.4, 3, False)
     assert s.device_share == 0.25  # 0.6 s of its 2.4 s with another backend of its device busy
+    assert s.mean_load is not None and abs(s.mean_load - 4.0) < 1e-9  # sent at 3, decoded among 4
     assert s.mean_itl is not None and abs(s.mean_itl - 0.04) < 1e-9
     assert s.trimmed_itl is not None and abs(s.trimmed_itl - 0.02) < 1e-9  # the longest tenth left out
     assert abs((s.tpot or 0) - 0.05) < 1e-9  # (2.4 - 0.4) / 40: decode only

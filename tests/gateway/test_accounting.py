@@ -41,6 +41,25 @@ def test_device_time_counts_only_the_time_a_neighbour_was_busy() -> None:
     assert shared == [2.0, 5.0, 0.0]
 
 
+def test_load_seconds_count_the_requests_that_joined_one_sent_alone() -> None:
+    now = [0.0]
+    counts = InFlight()
+    clock = DeviceTime(counts, {"x": None}, clock=lambda: now[0])
+    counts.add("x")
+    start = clock.marks("x")
+    now[0] = 1.0
+    for _ in range(3):  # a burst joins it after a second alone
+        counts.add("x")
+    now[0] = 3.0
+    for _ in range(3):
+        counts.remove("x")
+    now[0] = 4.0
+    end = clock.marks("x")
+    counts.remove("x")
+    # sent at a load of one, it decoded two of its four seconds beside three others: a mean load of 2.5
+    assert (end.load_s - start.load_s) / 4.0 == 2.5 and end.shared_s == 0.0
+
+
 def test_the_count_forgets_idle_backends_and_refuses_to_go_below_zero() -> None:
     counts = InFlight()
     hold = counts.hold("a")
@@ -161,3 +180,5 @@ async def test_two_backends_of_one_device_see_each_others_load_and_shared_time()
     assert by_id["on-b"].inflight_at_dispatch == 1 and by_id["on-b"].device_inflight_at_dispatch == 2
     assert by_id["on-b"].device_shared_s >= 0.04  # a was busy all along b's request
     assert by_id["on-a"].device_shared_s >= 0.04 and registry.inflight.busy() == {}
+    # b had its backend to itself: a load of one over its attempt (load-seconds = its seconds)
+    assert 0.04 <= by_id["on-b"].load_s <= by_id["on-b"].e2e

@@ -170,6 +170,19 @@ def test_the_newest_finished_are_read_against_the_streams_before_them() -> None:
     assert max(own) < 1.25  # against the fit they are part of, most of it is hidden
 
 
+def test_a_finished_stream_that_decoded_at_a_load_never_measured_says_nothing() -> None:
+    # The newest five were sent at loads 1..5 and 1.4x slower: read at their dispatch, slow. Had a burst
+    # of 16 joined them right after (their mean load over their lives), they say nothing: the streams
+    # before them never decoded beyond 8.
+    before = stream_samples(0.020, n=16)
+    slow = stream_samples(0.020 * 1.4, n=5)
+    assert min(decode_pace(before + slow).newest) > 1.3
+    joined = [replace(sample, mean_load=16.0) for sample in slow]
+    assert decode_pace(before + joined).newest == ()
+    light = [replace(sample, mean_load=float(sample.concurrency) + 0.5) for sample in slow]
+    assert len(decode_pace(before + light).newest) == 5  # a life at loads measured still counts
+
+
 def test_answers_half_again_slower_restart_the_pace() -> None:
     # Beside a busy neighbour a throttled engine reads well under its own slow-down (the neighbour's share
     # of each step is not slowed with it): finished streams, measured as the fit was, count from 1.5x.

@@ -35,6 +35,7 @@ def _sample(i: int, error: bool = False) -> Sample:
         trimmed_itl=0.04 if i % 2 else None,
         device_share=0.25 * (i % 3),
         repetition=0.1 * (i % 5),
+        mean_load=None if i % 2 else 1.5 + i,
     )
 
 
