@@ -30,7 +30,10 @@ not enough to rank it) predict this request better than the winner is predicted,
 neighbour nor joins a longer queue, is explored by every request (`promising`, from
 adaptive.AdaptiveScorer._promising): measuring it is expected to cost nothing, and while the prior rules,
 a single user's requests would otherwise go where the prefer order points, one in 1 / epsilon measuring
-the faster engine.
+the faster engine. One short of min_samples that holds its device (requests in flight) while the winner
+shares the device idle is explored by the request, credit or not (shared_device.holding): sent to the
+winner, it would wake the device's second engine and slow every request of the first for its whole life;
+measuring the holder slows nobody.
 
 Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
 profile is too old is due (`stale_cells`): a measured cell after `refresh_requests` requests of the profile
@@ -72,7 +75,7 @@ from gateway.routing.pacing import (
     plan_refresh,
     stale_reason,
 )
-from gateway.routing.shared_device import contended, queue_share, spreads
+from gateway.routing.shared_device import contended, holding, queue_share, spreads
 from gateway.routing.verdict import Verdict
 
 Planned = tuple[Exploration | None, ExplorationPlan]  # what it explores, if any; what booking it applies
@@ -116,6 +119,11 @@ class Explorer:
             if name != winner
         }
         credit = self.ledger.credit(profile)
+        unmeasured = [name for name in counts if cells[name].count < knobs.min_samples]
+        held = [name for name in unmeasured if holding(name, winner, device)]
+        if held:  # measuring it costs nothing, sending to the winner does (no credit needed)
+            why = f"{held[0]}: holds the device {winner} would wake, not yet measured on the profile"
+            return Exploration(held[0], why), ExplorationPlan(profile, backend=held[0])
         stale = self.stale_cells(profile, knobs, cells, counts, at, device, probed)
         if stale:
             return _refresh(profile, stale, credit, device)

@@ -235,3 +235,22 @@ def test_probes_top_up_what_the_engine_fit_lacks() -> None:
     # Three probes answered: two more make the five an estimate needs. Five answered: one refreshes it.
     assert probed(14, y_probed=3)[0] == (10, "x", 2)
     assert probed(14, y_probed=5)[0] == (10, "x", 1)
+
+
+def test_an_engine_holding_the_device_is_measured_rather_than_its_idle_neighbour_woken() -> None:
+    # x is measured and idle; y runs 7 requests on the same Spark and has no estimate for the profile.
+    # Sent to x, the request would slow y's 7 for its whole life; sent to y, nobody.
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    for sample in samples(0.020):
+        recorder.record("x", "default", sample)
+    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5, min_samples=5)))
+    body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+
+    def goes(devices: dict[str, str], y_inflight: int) -> str:
+        router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=devices))
+        pool = [BackendSnapshot("x"), BackendSnapshot("y", inflight=y_inflight)]
+        return sent(router, router.route("completions", body, pool))
+
+    assert goes(SHARED, 7) == "y"
+    assert goes(SHARED, 0) == "x"  # a quiet device: the measured x (y is explored as paced)
+    assert goes({}, 7) == "x"  # a device each: waking x slows nobody
