@@ -246,11 +246,15 @@ def test_an_engine_holding_the_device_is_measured_rather_than_its_idle_neighbour
     policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5, min_samples=5)))
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
 
-    def goes(devices: dict[str, str], y_inflight: int) -> str:
-        router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=devices))
+    def goes(devices: dict[str, str], y_inflight: int, probes: bool = False) -> str:
+        scorer = AdaptiveScorer(recorder, devices=devices, probes=probes)
+        router = PolicyRouter(policy, objective_scorer=scorer)
         pool = [BackendSnapshot("x"), BackendSnapshot("y", inflight=y_inflight)]
-        return sent(router, router.route("completions", body, pool))
+        decision = router.route("completions", body, pool)
+        assert decision.exploration is None or not decision.exploration.probe  # no probe stands for it
+        return sent(router, decision)
 
     assert goes(SHARED, 7) == "y"
+    assert goes(SHARED, 7, probes=True) == "y"
     assert goes(SHARED, 0) == "x"  # a quiet device: the measured x (y is explored as paced)
     assert goes({}, 7) == "x"  # a device each: waking x slows nobody
