@@ -94,7 +94,7 @@ from gateway.routing.peers import (
 )
 from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
-from gateway.routing.shared_device import charged, claims, device_members, holders, holding, steady_states
+from gateway.routing.shared_device import charged, claims, device_members, holders, steady_states
 from gateway.routing.spill import capacity
 from gateway.routing.verdict import Verdict, demoted, effective_value, verdict
 
@@ -170,10 +170,11 @@ class AdaptiveScorer:
         promising = self._promising(ctx, backends, cells, device, decided)
         winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
         # An engine holding its device takes the request itself (Explorer.plan): no probe stands for it
+        held = explorer.held(unit, knobs, measured, winner, device, at)
         probed = [
             name
             for name in cells
-            if self.probes and probe_instead(ctx, cells, device, name) and not holding(name, winner, device)
+            if self.probes and probe_instead(ctx, cells, device, name) and name not in held
         ]
         explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising, probed)
         if explored is None:

@@ -119,8 +119,7 @@ class Explorer:
             if name != winner
         }
         credit = self.ledger.credit(profile)
-        unmeasured = [name for name in counts if cells[name].count < knobs.min_samples]
-        held = [name for name in unmeasured if holding(name, winner, device)]
+        held = self.held(profile, knobs, cells, winner, device, at)
         if held:  # measuring it costs nothing, sending to the winner does (no credit needed)
             why = f"{held[0]}: holds the device {winner} would wake, not yet measured on the profile"
             return Exploration(held[0], why), ExplorationPlan(profile, backend=held[0])
@@ -159,6 +158,30 @@ class Explorer:
             why = f"{explored.why}; slows {slowed:.3g} busy request(s) on its device"
             explored = replace(explored, why=why)
         return explored, ExplorationPlan(profile, accrued=rate, backend=explored.backend)
+
+    def held(
+        self,
+        profile: str,
+        knobs: Adaptive,
+        cells: Mapping[str, CellView],
+        winner: str | None,
+        device: Mapping[str, Sequence[DeviceLoad]],
+        at: float,
+    ) -> list[str]:
+        """The backends short of min_samples for the profile that hold the device the winner would wake
+        (shared_device.holding), their explorations of it in flight aside: each request measures them."""
+        since = at - self.max_age_s
+
+        def exploring(name: str) -> int:  # sent within the window, less the samples back
+            return max(0, self.ledger.explorations(name, profile, since) - cells[name].count)
+
+        return [
+            name
+            for name in cells
+            if name != winner
+            and cells[name].count < knobs.min_samples
+            and holding(name, winner, device, exploring(name))
+        ]
 
     def refresh_stretch(self, backend: str, tolerance: float, device: Sequence[DeviceLoad]) -> float:
         """How many times its usual bounds a refresh of `backend` waits: its engine's slow-down, where that

@@ -59,16 +59,21 @@ def spreads(backend: str, winner: str | None, device: Mapping[str, Sequence[Devi
     return any(d.inflight > 0 for d in device[winner] if d.backend == winner)
 
 
-def holding(backend: str, winner: str | None, device: Mapping[str, Sequence[DeviceLoad]]) -> bool:
-    """Whether `backend` has requests in flight on a device the predicted winner shares and leaves idle:
-    a request sent to the winner would wake the device's second engine, slowing every request of
-    `backend` for its whole life, where measuring `backend` with it slows nobody. On spark-duo-flaky the
-    mixed burst's fifth request of a profile due on fp8-base (holding the Spark with seven) found the
-    refresh out of credit and went to the idle fp8-mtp: the burst's TTFT p95 14.4 s, the oracle's 9.4."""
+def holding(
+    backend: str, winner: str | None, device: Mapping[str, Sequence[DeviceLoad]], exploring: int = 0
+) -> bool:
+    """Whether `backend` has requests in flight, beyond the `exploring` ones measuring it for this
+    request's profile, on a device the predicted winner shares and leaves idle: a request sent to the
+    winner would wake the device's second engine, slowing every request of `backend` for its whole life,
+    where measuring `backend` with it slows nobody. On spark-duo-flaky the mixed burst's fifth request of
+    a profile whose refresh of fp8-base was under way (fp8-base holding the Spark with seven) went to the
+    idle fp8-mtp: the burst's TTFT p95 14.4 s, the oracle's 9.4. Its own explorations do not make a
+    holder: in a closed loop on the winner, the last user whose request ended there found it idle beside
+    the explorations and followed them, and the next, until the whole loop sat on the slower engine."""
     if winner is None or winner == backend or winner not in device:
         return False
     members = {d.backend: d.inflight for d in device[backend]}
-    return members.get(backend, 0) > 0 and members.get(winner) == 0
+    return members.get(backend, 0) > exploring and members.get(winner) == 0
 
 
 def queue_share(backend: str, winner: str | None, device: Mapping[str, Sequence[DeviceLoad]]) -> float:

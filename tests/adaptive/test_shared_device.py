@@ -8,7 +8,7 @@ import pytest
 
 from gateway.policy.load import parse_policy
 from gateway.proxy.decode_probe import PROBE_PROFILE
-from gateway.records import BackendSnapshot
+from gateway.records import BackendSnapshot, ExplorationPlan
 from gateway.routing.adaptive import AdaptiveScorer
 from gateway.routing.cells import build_model
 from gateway.routing.fitting import fit_load
@@ -246,8 +246,10 @@ def test_an_engine_holding_the_device_is_measured_rather_than_its_idle_neighbour
     policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5, min_samples=5)))
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
 
-    def goes(devices: dict[str, str], y_inflight: int, probes: bool = False) -> str:
+    def goes(devices: dict[str, str], y_inflight: int, probes: bool = False, explorations: int = 0) -> str:
         scorer = AdaptiveScorer(recorder, devices=devices, probes=probes)
+        for _ in range(explorations):  # y's requests in flight measuring it for the profile
+            scorer.book(ExplorationPlan("default", accrued=1.0, backend="y"), "y")
         router = PolicyRouter(policy, objective_scorer=scorer)
         pool = [BackendSnapshot("x"), BackendSnapshot("y", inflight=y_inflight)]
         decision = router.route("completions", body, pool)
@@ -258,3 +260,7 @@ def test_an_engine_holding_the_device_is_measured_rather_than_its_idle_neighbour
     assert goes(SHARED, 7, probes=True) == "y"
     assert goes(SHARED, 0) == "x"  # a quiet device: the measured x (y is explored as paced)
     assert goes({}, 7) == "x"  # a device each: waking x slows nobody
+    # y's own explorations of the profile do not make it the holder: a closed loop on x would otherwise
+    # follow them there one idle moment of x at a time
+    assert goes(SHARED, 2, explorations=2) == "x"
+    assert goes(SHARED, 3, explorations=2) == "y"
