@@ -176,7 +176,7 @@ class AdaptiveScorer:
             for name in cells
             if self.probes and probe_instead(ctx, cells, device, name) and name not in held
         ]
-        explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising, probed)
+        explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising, probed, held)
         if explored is None:
             return replace(decided, plan=plan)
         if explored.backend in probed:

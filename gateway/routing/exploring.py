@@ -105,11 +105,13 @@ class Explorer:
         at: float,
         promising: Collection[str] = (),
         probed: Collection[str] = (),
+        held: Sequence[str] = (),
     ) -> Planned:
         """The exploration due now for this profile, if any, and the plan booking this request would
         apply (pacing in pacing.plan_exploration). `promising`: backends whose few answers so far predict
         this request better than the winner does; explored at once where that slows no neighbour.
-        `probed`: backends a decode probe would measure instead of this request (`probe_instead`)."""
+        `probed`: backends a decode probe would measure instead of this request (`probe_instead`).
+        `held`: backends holding the device the winner would wake (`held`), explored by this request."""
         # The backend that wins anyway is measured by its own traffic: exploring it would waste a turn.
         winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
         since = at - self.max_age_s
@@ -119,7 +121,6 @@ class Explorer:
             if name != winner
         }
         credit = self.ledger.credit(profile)
-        held = self.held(profile, knobs, cells, winner, device, at)
         if held:  # measuring it costs nothing, sending to the winner does (no credit needed)
             why = f"{held[0]}: holds the device {winner} would wake, not yet measured on the profile"
             return Exploration(held[0], why), ExplorationPlan(profile, backend=held[0])
