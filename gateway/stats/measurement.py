@@ -200,6 +200,12 @@ class Measurement:
         if sample is None:
             return
         broken = getattr(record, "resumed_from", ())
+        # An engine that failed before the first byte was failed over: the client never saw it, but its
+        # failure rate is what routing to it costs (each one is a retry, often onto its device's
+        # neighbour), so it counts in its error rate like a broken stream.
+        refused = [b for b, _ in getattr(record, "failures", ()) if b not in broken and b != record.backend]
+        for backend in refused:
+            self.recorder.record(backend, record.profile, replace(sample, error=True, ttft=None))
         if broken:  # its timing spans two engines; the ones whose stream broke failed it
             for backend in broken:
                 self.recorder.record(backend, record.profile, replace(sample, error=True))

@@ -206,6 +206,20 @@ def test_a_continued_request_is_an_error_sample_of_the_engine_that_broke_and_no_
     assert sample.error
 
 
+def test_an_engine_failed_over_before_the_first_byte_is_an_error_sample_of_that_engine() -> None:
+    """The client saw b's answer only, but routing to a also cost the failover: a's error rate says so,
+    and b keeps its timing."""
+    record = RequestRecord("r", "m", "chat", "default", True, backend="b", status=200, ttft=0.1, e2e=2.0)
+    record.failures.append(("a", "HTTP 500"))
+    settings = settings_for({"a": "http://a.invalid", "b": "http://b.invalid"})
+    measurement = Measurement(settings.measurement, settings.backends, None, None)
+    measurement.observe(record)
+    (failed,) = measurement.recorder.samples("a", "default")
+    (answered,) = measurement.recorder.samples("b", "default")
+    assert failed.error and failed.ttft is None
+    assert not answered.error and answered.ttft is not None
+
+
 def test_what_can_be_continued() -> None:
     assert resumable("chat", CHAT, stream=True)
     assert resumable("completions", {"prompt": "x"}, stream=True)
