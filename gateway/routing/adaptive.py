@@ -28,8 +28,10 @@ flight holds its device, and another engine of it takes the request only when it
 holder's by more than half the tolerance (shared_device.holders; one claimed beyond the loads it measured
 is carried there along the holder's fit, shared_device.claims), else it scores 0 and the holder the
 better of the two. Devices come from `backends[].device`; a backend without one is a device of its own.
-The window's error rate turns the value into the cost per *successful* request (a backend that fails half
-its requests takes twice as long per answer). Scores are then normalised across candidates:
+The window's error rate (failovers included) turns the value into the cost per *successful* request (a
+backend that fails half its requests takes twice as long per answer); on a shared device its failures are
+retried beside it, so it is also predicted sharing the device that often (shared_device.failover_share).
+Scores are then normalised across candidates:
 
     gap_i   = how much worse than the best, relative: v_i / best - 1 (lower is better) or best / v_i - 1
     norm_i  = 1 - gap_i / max(max gap, tolerance)        1 for the best; 0 only for a gap >= tolerance
@@ -92,9 +94,16 @@ from gateway.routing.peers import (
     levelled_prior,
     widest,
 )
-from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
+from gateway.routing.predict import PredictConfig, Prediction, blended, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
-from gateway.routing.shared_device import charged, claims, device_members, holders, steady_states
+from gateway.routing.shared_device import (
+    charged,
+    claims,
+    device_members,
+    failover_share,
+    holders,
+    steady_states,
+)
 from gateway.routing.spill import capacity
 from gateway.routing.verdict import Verdict, demoted, effective_value, verdict
 
@@ -213,7 +222,8 @@ class AdaptiveScorer:
             name: own_content(model, cells[name].model, ctx.features.repetition, config.min_samples)
             for name, (model, _) in chosen.items()
         }
-        steady = steady_states(ctx, models, device, config)
+        errors = {name: cell.error_rate for name, cell in cells.items()}
+        steady = steady_states(ctx, models, device, config, errors)
         borrowed = borrowed_from_peers(models, device, ctx.features.repetition, config.min_samples)
         guide = widest(models, config.min_samples)
         predictions = [
@@ -226,10 +236,10 @@ class AdaptiveScorer:
                 self._unrefuted(ctx, b, models[b.name], device[b.name], borrowed.get(b.name)),
                 guide if len(device[b.name]) == 1 else None,
                 note=chosen[b.name][1],
+                error_rate=errors[b.name],
             )
             for b in backends
         ]
-        errors = {name: cell.error_rate for name, cell in cells.items()}
         prior = demoted(self._prior.score(ctx, backends), self._slowed(backends, ctx.adaptive.tolerance))
         prior = levelled_prior(prior, models, device, ctx.features.repetition, config.min_samples)
         held = holders(
@@ -378,31 +388,42 @@ class AdaptiveScorer:
         borrowed: Borrowed | None = None,
         guide: CellModel | None = None,
         note: str | None = None,
+        error_rate: float = 0.0,
     ) -> Prediction:
         """`borrowed`: the peer's model stands for this backend's (routing/peers.py); `guide`: a model that
         saw higher loads, along which this one is carried beyond the loads it measured; `note`: where
-        `model` came from, when not from the cell (model_choice.ModelChoice.choose)."""
+        `model` came from, when not from the cell (model_choice.ModelChoice.choose); `error_rate`: the
+        share of its requests it fails, each failed over, so beside a neighbour now idle it is predicted
+        sharing the device that share of the time (shared_device.failover_share)."""
         hint = self.hints(backend.name) if self.hints is not None else None
         me = next(d for d in device if d.backend == backend.name)
+        alone = len(device) > 1 and not me.device_busy  # a neighbour, idle now
+        shared = failover_share(error_rate, backend.inflight) if alone else 0.0
         used = model
         if borrowed is not None:
             used, device = borrowed.model, borrowed.alone(me)
         if guide is not None:
             used = carried_model(used, guide, backend.inflight + 1)
-        prediction = predict_with_model(
-            backend.name,
-            used,
-            inflight=backend.inflight,
-            objective=ctx.profile.objective,
-            max_output_tokens=ctx.features.max_output_tokens,
-            hint=hint,
-            config=config,
-            device_busy=me.device_busy,
-            device=device,
-            repetition=ctx.features.repetition,
-            capacity=backend.engine_capacity or backend.max_concurrency,
-            prompt_tokens=ctx.features.prompt_tokens,
-        )
+
+        def at(busy: bool) -> Prediction:
+            return predict_with_model(
+                backend.name,
+                used,
+                inflight=backend.inflight,
+                objective=ctx.profile.objective,
+                max_output_tokens=ctx.features.max_output_tokens,
+                hint=hint,
+                config=config,
+                device_busy=busy,
+                device=device,
+                repetition=ctx.features.repetition,
+                capacity=backend.engine_capacity or backend.max_concurrency,
+                prompt_tokens=ctx.features.prompt_tokens,
+            )
+
+        prediction = at(me.device_busy)
+        if shared > 0:
+            prediction = blended(prediction, at(True), shared)
         slowed = self.slowdowns.latest(backend.name)
         said = slowed.describe(model) if slowed is not None else None
         if borrowed is not None:

@@ -20,7 +20,7 @@ the backend's in-flight count, its device (routing/harm.py) and, optionally, the
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import assert_never
 
 from gateway.policy.schema import Objective
@@ -206,6 +206,22 @@ def predict_with_model(
         extension,
         tuple(harms.items()),
     )
+
+
+def blended(alone: Prediction, busy: Prediction, share: float) -> Prediction:
+    """`alone` (its device otherwise idle) for 1 - share of the request's life and `busy` (beside a busy
+    neighbour) for the rest: times mix linearly, so a rate (tokens per second) mixes as the inverse of
+    its mixed inverses."""
+
+    def mix(a: float | None, b: float | None, rate: bool = False) -> float | None:
+        if a is None or b is None:
+            return a
+        if not rate:
+            return (1 - share) * a + share * b
+        return 1.0 / ((1 - share) / a + share / b) if a > 0 and b > 0 else a
+
+    value = mix(alone.value, busy.value, alone.higher_is_better)
+    return replace(alone, ttft=mix(alone.ttft, busy.ttft), tpot=mix(alone.tpot, busy.tpot), value=value)
 
 
 def _longer_prompt(model: CellModel, prompt_tokens: int | None) -> float:

@@ -7,13 +7,14 @@ functions on plain data.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from gateway.records import BackendSnapshot
 from gateway.routing.cells import CellModel
 from gateway.routing.context import RouteContext
 from gateway.routing.harm import DeviceLoad
-from gateway.routing.predict import PredictConfig, Prediction, predict_with_model
+from gateway.routing.predict import PredictConfig, Prediction, blended, predict_with_model
 from gateway.routing.verdict import effective_value
 
 
@@ -137,14 +138,29 @@ def steady_states(
     models: Mapping[str, CellModel],
     device: Mapping[str, Sequence[DeviceLoad]],
     config: PredictConfig,
+    errors: Mapping[str, float] | None = None,
 ) -> dict[str, Prediction]:
     """Per backend sharing a device, the request's objective were the device's whole load on it alone
-    (its neighbours drained): what it is worth once traffic has moved, not while it moves."""
-    return {
-        name: _alone(ctx, name, models[name], sum(d.inflight for d in members), config)
-        for name, members in device.items()
-        if len(members) > 1
-    }
+    (its neighbours drained): what it is worth once traffic has moved, not while it moves. A backend
+    failing a share of its requests does not have the device alone: its failures fail over to a
+    neighbour, which it then shares the device with (`failover_share`)."""
+    rates = errors or {}
+    states: dict[str, Prediction] = {}
+    for name, members in device.items():
+        if len(members) > 1:
+            load = sum(d.inflight for d in members)
+            shared = failover_share(rates.get(name, 0.0), load)
+            states[name] = _alone(ctx, name, models[name], load, config, shared)
+    return states
+
+
+def failover_share(error_rate: float, load: int) -> float:
+    """The share of the time a backend holding its device's `load` shares it with the neighbour its
+    failed requests fail over to: with each of its load + 1 requests failing over at `error_rate`, the
+    neighbour has at least one in flight about 1 - exp(-error_rate * (load + 1)) of the time. On
+    spark-duo-flaky fp8-mtp, the faster engine alone, fails 8 % of its requests: holding sixteen, its
+    failovers kept fp8-base busy most of the time and its batch stepped at the shared device's pace."""
+    return 1.0 - math.exp(-max(error_rate, 0.0) * (load + 1))
 
 
 def claims(
@@ -164,7 +180,9 @@ def claims(
 
     def value_at(backend: str, inflight: int, model: CellModel | None = None) -> float | None:
         used = models[backend] if model is None else model
-        return effective_value(_alone(ctx, backend, used, inflight, config), errors.get(backend, 0.0))
+        rate = errors.get(backend, 0.0)
+        alone = _alone(ctx, backend, used, inflight, config, failover_share(rate, inflight))
+        return effective_value(alone, rate)
 
     claimed: dict[str, float] = {}
     for name, prediction in steady.items():
@@ -204,20 +222,31 @@ def measured_reach(model: CellModel) -> float:
 
 
 def _alone(
-    ctx: RouteContext, backend: str, model: CellModel, inflight: int, config: PredictConfig
+    ctx: RouteContext,
+    backend: str,
+    model: CellModel,
+    inflight: int,
+    config: PredictConfig,
+    shared: float = 0.0,
 ) -> Prediction:
     """The request's objective on `backend` with `inflight` requests ahead of it and nothing else on its
-    device."""
-    return predict_with_model(
-        backend,
-        model,
-        inflight=inflight,
-        objective=ctx.profile.objective,
-        max_output_tokens=ctx.features.max_output_tokens,
-        config=config,
-        repetition=ctx.features.repetition,
-        prompt_tokens=ctx.features.prompt_tokens,
-    )
+    device but, a `shared` share of the time, a busy neighbour (its own failovers)."""
+
+    def at(busy: bool) -> Prediction:
+        return predict_with_model(
+            backend,
+            model,
+            inflight=inflight,
+            objective=ctx.profile.objective,
+            max_output_tokens=ctx.features.max_output_tokens,
+            config=config,
+            device_busy=busy,
+            repetition=ctx.features.repetition,
+            prompt_tokens=ctx.features.prompt_tokens,
+        )
+
+    alone = at(False)
+    return alone if shared <= 0 else blended(alone, at(True), shared)
 
 
 def _holder(members: Sequence[DeviceLoad]) -> DeviceLoad:
