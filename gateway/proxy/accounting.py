@@ -58,9 +58,7 @@ class DeviceTime:
     loop is the only caller).
     """
 
-    def __init__(
-        self, counts: InFlight, devices: Mapping[str, str | None], clock: Clock = monotonic
-    ) -> None:
+    def __init__(self, counts: InFlight, devices: Mapping[str, str | None], clock: Clock = monotonic) -> None:
         self._counts = counts
         self._device = {backend: device for backend, device in devices.items() if device is not None}
         self._clock = clock
@@ -70,13 +68,26 @@ class DeviceTime:
         counts.watchers.append(self._advance)
 
     def shared_seconds(self, backend: str) -> float:
-        self._advance()
-        return self._shared.get(backend, 0.0)
+        """`backend`'s total now. A read changes nothing: the totals move only as the counts do, with the
+        span since the last change added here, so how often they are read changes no sum (not even its
+        rounding, which a stream mover reading every second otherwise made differ from one without)."""
+        return self._shared.get(backend, 0.0) + (self._pending() if self._shares(backend) else 0.0)
 
     def marks(self, backend: str) -> Marks:
         """Both readings of `backend` now: their differences over an attempt are its shared seconds and
         its load-seconds."""
-        return Marks(self.shared_seconds(backend), self._load.get(backend, 0.0))
+        load = self._load.get(backend, 0.0) + self._counts[backend] * self._pending()
+        return Marks(self.shared_seconds(backend), load)
+
+    def _pending(self) -> float:
+        return max(self._clock() - self._since, 0.0)
+
+    def _shares(self, backend: str) -> bool:
+        """Whether another backend of `backend`'s device has requests in flight now."""
+        device = self._device.get(backend)
+        return device is not None and any(
+            self._counts[other] > 0 for other, d in self._device.items() if d == device and other != backend
+        )
 
     def _advance(self) -> None:
         now = self._clock()

@@ -15,6 +15,12 @@ from aiohttp import web
 from loopback import serve_asgi
 
 from gateway.app import Gateway, build_app, build_gateway
+from gateway.backends.registry import Registry, Status
+from gateway.backends.warmup import Warmups
+from gateway.proxy.dispatch import Dispatcher
+from gateway.proxy.reliability import Reliability
+from gateway.proxy.upstream import MockHandler, MockTransport
+from gateway.records import RequestRecord
 from gateway.settings import Settings
 
 
@@ -145,6 +151,24 @@ def settings_for(urls: dict[str, str], **extra: Any) -> Settings:
     }
     data.update(extra)
     return Settings(**data)
+
+
+def reliable_dispatcher(
+    settings: Settings, handler: MockHandler, max_attempts: int = 2
+) -> tuple[Dispatcher, Registry, Reliability, list[RequestRecord]]:
+    """A dispatcher over `handler` with admission, breakers and the hang watch, every backend ready, and
+    the records it finishes."""
+    registry = Registry(settings)
+    warmups = Warmups(registry, None)
+    reliability = Reliability(settings, warmups)
+    registry.listeners += [reliability.on_status, warmups.on_status]
+    for name in registry.backends:
+        registry.set_status(name, Status.READY)
+    records: list[RequestRecord] = []
+    dispatcher = Dispatcher(
+        registry, MockTransport(handler), max_attempts, observers=[records.append], reliability=reliability
+    )
+    return dispatcher, registry, reliability, records
 
 
 @asynccontextmanager

@@ -9,15 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from gateway_fakes import AsgiClient, settings_for
+from gateway_fakes import AsgiClient, reliable_dispatcher, settings_for
 
 from gateway.backends.inflight import InFlight
-from gateway.backends.registry import Registry, Status
-from gateway.backends.warmup import Warmups
+from gateway.backends.registry import Registry
 from gateway.proxy.accounting import DeviceTime
 from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.proxy.reliability import Reliability
-from gateway.proxy.upstream import MockResponse, MockTransport, UpstreamConnectError
+from gateway.proxy.upstream import MockResponse, UpstreamConnectError
 from gateway.records import RequestRecord
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -39,6 +38,28 @@ def test_device_time_counts_only_the_time_a_neighbour_was_busy() -> None:
     now[0] = 5.0
     shared = [clock.shared_seconds(name) for name in ("x", "y", "z")]
     assert shared == [2.0, 5.0, 0.0]
+
+
+def test_reading_the_device_clock_changes_none_of_its_totals() -> None:
+    """A reader every tenth of a second (the stream mover) gets what a reader at the end alone gets, to
+    the last bit: the totals are summed only as counts change, so reads cannot change their rounding."""
+
+    def totals(read_every: float | None) -> tuple[float, float]:
+        now = [0.0]
+        counts = InFlight()
+        clock = DeviceTime(counts, {"x": "spark", "y": "spark"}, clock=lambda: now[0])
+        for step in range(1, 200):
+            now[0] = step * 0.0731
+            if step % 7 == 0:
+                (counts.add if step % 14 else counts.remove)("y")
+            if step == 3:
+                counts.add("x")
+            if read_every is not None:
+                clock.marks("x")
+        marks = clock.marks("x")
+        return marks.shared_s, marks.load_s
+
+    assert totals(0.1) == totals(None)
 
 
 def test_load_seconds_count_the_requests_that_joined_one_sent_alone() -> None:
@@ -91,17 +112,7 @@ def _reliable(
         for name in ("a", "b")
     ]
     settings = settings_for({"a": "http://a.invalid", "b": "http://b.invalid"}, backends=backends)
-    registry = Registry(settings)
-    warmups = Warmups(registry, None)
-    reliability = Reliability(settings, warmups)
-    registry.listeners += [reliability.on_status, warmups.on_status]
-    for name in ("a", "b"):
-        registry.set_status(name, Status.READY)
-    records: list[RequestRecord] = []
-    dispatcher = Dispatcher(
-        registry, MockTransport(handler), max_attempts=2, observers=[records.append], reliability=reliability
-    )
-    return dispatcher, registry, reliability, records
+    return reliable_dispatcher(settings, handler)
 
 
 def _job(ranked: tuple[str, ...], registry: Registry, request_id: str) -> Job:
