@@ -8,6 +8,7 @@ completion observers (live statistics) plug in through `build_gateway`'s argumen
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,9 +40,11 @@ from gateway.engines.manager import EngineManager
 from gateway.engines.metrics import EngineCollector
 from gateway.engines.on_demand import StartOnDemand
 from gateway.policy.load import PolicyWatcher
+from gateway.policy.schema import Adaptive
 from gateway.proxy.accounting import Accounting
 from gateway.proxy.decode_probe import DecodeProbes, ProbeTarget
 from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job, Observer
+from gateway.proxy.moves import KnobsFor, StreamMoves
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
 from gateway.proxy.upstream import AiohttpTransport, UpstreamTransport
 from gateway.records import BackendSnapshot
@@ -145,6 +148,8 @@ def build_gateway(
         probes = decode_probes(settings, transport, measurement, dispatcher.accounting)
         dispatcher.on_dispatch.append(book_explorations(objective, probes))
         running.append(probes)
+        if watcher is not None and settings.limits.resume_streams:  # streams move off a slowed engine
+            dispatcher.moves = StreamMoves(registry, objective, adaptive_knobs(watcher))
     return Gateway(
         settings=settings,
         registry=registry,
@@ -162,6 +167,20 @@ def build_gateway(
         response_ids=response_ids,
         engines=engines,
     )
+
+
+def adaptive_knobs(policies: PolicyWatcher) -> KnobsFor:
+    """The policy in force's adaptive knobs for a profile it routes adaptively (None for any other): what
+    the stream mover (proxy/moves.py) weighs a move with, read per round so a reload applies."""
+
+    def knobs(name: str) -> Adaptive | None:
+        policy = policies.current.policy
+        profile = next((p for p in policy.profiles if p.name == name), None)
+        if profile is None or policy.routing_for(profile) != "adaptive":
+            return None
+        return policy.adaptive
+
+    return knobs
 
 
 def first_content_s(settings: Settings) -> float:
@@ -185,6 +204,7 @@ def adaptive_scorer(
         devices={b.name: b.device for b in backends if b.device is not None},
         progress=measurement.progress.view,
         probes=probes,
+        peek=functools.partial(measurement.progress.view, mark=False),
     )
 
 

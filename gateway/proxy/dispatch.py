@@ -32,12 +32,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gateway.backends.registry import Registry
 from gateway.clock import monotonic
 from gateway.proxy import relay
-from gateway.proxy.accounting import Accounting, DispatchListener, Observer
+from gateway.proxy.accounting import Accounting, DispatchListener, Observer, take_stream_measures
 from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.attempts import NO_BACKEND_LEFT, Failover, Tries
@@ -51,9 +52,11 @@ from gateway.proxy.exchange import (
     UnencodableBody,
     encoded,
 )
+from gateway.proxy.moves import StreamMoves
 from gateway.proxy.reliability import Reliability
 from gateway.proxy.resume import Resume, Transcript, count_tokens, resumable
 from gateway.proxy.stall import Watched
+from gateway.proxy.stream import SseMeter
 from gateway.proxy.upstream import (
     UpstreamConnectError,
     UpstreamConnectTimeout,
@@ -91,6 +94,7 @@ class Dispatcher:
         # A request's whole time for its first content, from arrival (proxy/attempts.py).
         self.failover = Failover(registry, reliability, max_attempts, first_content_s)
         self.stall = reliability.stall if reliability is not None else None  # the hang watch
+        self.moves: StreamMoves | None = None  # moves streams off an engine seen slowed (app wiring)
         self.accounting = Accounting(registry, observers, on_dispatch)
         self.live: set[Exchange] = set()  # exchanges in flight, for `end_all`
 
@@ -166,10 +170,14 @@ class Dispatcher:
                     await self._unanswerable(exchange, tries, relay.rejected_input(exchange, rejected))
                     return
                 except StreamCut as cut:
-                    record.failures.append((backend, str(cut)))
-                    log.warning(
-                        "request %s: %s broke mid-stream, continuing it: %s", job.request_id, backend, cut
-                    )
+                    if cut.moved:
+                        record.moved_from.append(backend)
+                        log.info("request %s: %s, continuing it there", job.request_id, cut)
+                    else:
+                        record.failures.append((backend, str(cut)))
+                        log.warning(
+                            "request %s: %s broke mid-stream, continuing it: %s", job.request_id, backend, cut
+                        )
                     record.resumed_from.append(backend)
                     tries = tries.after_cut(str(cut))
                 except AttemptFailed as failed:
@@ -217,6 +225,9 @@ class Dispatcher:
             outcome = await self._forward(exchange, backend, body, self.failover.first_content_at(tries))
         except asyncio.CancelledError:
             outcome = "client_error"  # the client went away: says nothing about the backend
+            raise
+        except StreamCut as cut:
+            outcome = "backpressure" if cut.moved else "failure"  # moved off a slow engine: no fault
             raise
         except AttemptFailed as failed:
             outcome = failed.outcome
@@ -281,8 +292,11 @@ class Dispatcher:
         headers = {"content-type": "application/json", **state.config.auth_headers()}
         at_dispatch = self.accounting.dispatching(exchange, backend)
         watched = self.stall.enter(backend, job.stream, len(body)) if self.stall is not None else None
+        if watched is not None and self.moves is not None and exchange.resume is not None:
+            self.moves.track(watched, exchange)
         response: UpstreamResponse | None = None
         opened: relay.Opened | None = None
+        moved: SseMeter | None = None
         payload = b""
         try:
             try:
@@ -304,7 +318,11 @@ class Dispatcher:
                 raise _cut(watched, self.failover.first_content_s) from exc
             record.status = response.status
             if opened is not None:
-                await relay.stream(exchange, opened, watched)
+                try:
+                    await relay.stream(exchange, opened, watched)
+                except StreamCut as cut:
+                    moved = opened.meter if cut.moved else None
+                    raise
             else:
                 if watched is not None and self.stall is not None:
                     self.stall.heard(watched)
@@ -314,9 +332,13 @@ class Dispatcher:
         finally:
             if watched is not None and self.stall is not None:
                 self.stall.leave(watched)
+                if self.moves is not None:
+                    self.moves.untrack(watched)
             if response is not None:
                 response.close()
             self.accounting.answered(exchange, backend, at_dispatch)
+            if moved is not None:  # what it measured until moved: a sample of its pace (proxy/moves.py)
+                record.moved_attempts.append((backend, moved_attempt(record, moved, job.started)))
 
     async def _send(self, url: str, headers: dict[str, str], body: bytes, backend: str) -> UpstreamResponse:
         """The upstream POST; AttemptFailed when no response head came (a connect timeout says so)."""
@@ -328,6 +350,15 @@ class Dispatcher:
             raise failed from exc
         except UpstreamError as exc:
             raise AttemptFailed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
+
+
+def moved_attempt(record: RequestRecord, meter: SseMeter, started: float) -> RequestRecord:
+    """The record of an attempt whose stream was moved to another engine, as far as it went there: its
+    engine's TTFT and decode pace, measured like any stream's (the request's own record goes on)."""
+    attempt = replace(record, failures=[], resumed_from=[], moved_from=[], moved_attempts=[])
+    take_stream_measures(attempt, meter, started)
+    attempt.e2e = monotonic() - started
+    return attempt
 
 
 def _cut(watched: Watched | None, first_content_s: float | None) -> AttemptFailed:

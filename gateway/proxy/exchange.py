@@ -158,7 +158,12 @@ class AttemptFailed(Exception):
 
 class StreamCut(Exception):
     """A stream broke after content went out, and its answer can be continued on another engine
-    (proxy/resume.py): nothing more was sent to the client, the breaker hears of a failure."""
+    (proxy/resume.py): nothing more was sent to the client, the breaker hears of a failure. `moved`: it
+    did not break, it was cut to finish on a faster engine (proxy/moves.py): nobody is blamed."""
+
+    def __init__(self, why: str, moved: bool = False) -> None:
+        super().__init__(why)
+        self.moved = moved
 
 
 class InputRejected(Exception):

@@ -121,6 +121,8 @@ async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = N
     except TimeoutError:
         if watched is None or watched.cut is None or not scope.expired():
             raise
+        if watched.moving and _continues(exchange, meter):  # proxy/moves.py checked it could
+            raise StreamCut(watched.cut, moved=True) from None
         tail = _broke(exchange, meter, f"{watched.cut} (mid-stream)", "backend_stalled")
     finally:
         if watched is not None:

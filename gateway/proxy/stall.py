@@ -75,6 +75,7 @@ class Watched:
     last_seen: float = 0.0  # when that count last changed (the watch's clock)
     heard: bool = False  # the backend answered something for it
     cut: str | None = None  # why the watch cut it, once it did
+    moving: bool = False  # cut to be continued on a faster engine (proxy/moves.py), not for a fault
 
 
 @dataclass(eq=False, slots=True)

@@ -36,6 +36,10 @@ class RequestRecord:
     failures: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) per failed attempt
     # Backends whose stream of it broke mid-answer, the answer continued elsewhere (proxy/resume.py).
     resumed_from: list[str] = field(default_factory=list)
+    # Those of them whose stream did not break but was cut to finish on a faster engine (proxy/moves.py).
+    moved_from: list[str] = field(default_factory=list)
+    # Each moved attempt as far as it went (backend, its own record): a sample of that engine's pace.
+    moved_attempts: list[tuple[str, RequestRecord]] = field(default_factory=list)
     ended_by_gateway: bool = False  # ended early by the gateway itself (a shutdown's drain deadline)
     # The parsed request, for recorders that relate usage to the prompt (the router's token estimator);
     # a reference, read after the answer went out, so the request path pays nothing for it.

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from gateway.records import Progress
 from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
-from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown
+from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, live_ratios
 
 # A backend's requests in flight as far as each has gone (stats/progress.py).
 InFlightProgress = Callable[[str], Progress]
@@ -45,6 +45,32 @@ class EngineSlowdowns:
         known = self._slowed.get(backend)
         return known[1] if known is not None else None
 
+    def view(self, backend: str) -> Progress:
+        """`backend`'s requests in flight as this book reads them (none without a progress view)."""
+        return self.progress(backend) if self.progress is not None else Progress()
+
+    def decode_ratios(self, backend: str, profile: str, at: float) -> list[float]:
+        """How many times slower than its decode-pace fits each of `backend`'s streams under way decodes,
+        for those read at their pace (slowdown.live_ratios, decode only); `profile` leads as in `of`."""
+        progress = self.view(backend)
+        profiles = [profile, *self._profiles.get(backend, ())]
+        profiles += [r.profile for r in progress.requests]
+
+        def pace(name: str) -> DecodePace:
+            return self._pace(backend, name, at)
+
+        shift = max((pace(p).shift for p in dict.fromkeys(profiles)), default=1.0)
+
+        def cell(name: str) -> CellModel:
+            return self.cache.get(self.windows, backend, name, at)
+
+        return live_ratios(progress, cell, pace, shift, min_samples=MIN_SAMPLES, decode_only=True)
+
+    def adopt(self, backend: str, at: float, slowed: Slowdown) -> None:
+        """Take a reading made in another book as `backend`'s latest, held as any reading is (the stream
+        mover's, as it moves the streams it was read from off the engine)."""
+        self._remember(backend, at, slowed)
+
     def of(self, backend: str, profile: str, at: float) -> Slowdown:
         """`backend`'s slow-down as of `at`, found once per decision (the first profile asked for leads)."""
         known = self._slowed.get(backend)
@@ -67,10 +93,13 @@ class EngineSlowdowns:
         profiles += {r.profile: None for r in progress.requests if r.profile not in seen}
         last = known[1] if known is not None else None
         slowed = engine_slowdown(progress, profiles, cell, pace, min_samples=MIN_SAMPLES, at=at, before=last)
+        self._remember(backend, at, slowed)
+        return slowed
+
+    def _remember(self, backend: str, at: float, slowed: Slowdown) -> None:
         if backend not in self._slowed and len(self._slowed) >= self.windows.max_cells:
             del self._slowed[next(iter(self._slowed))]
         self._slowed[backend] = (at, slowed)
-        return slowed
 
     def _pace(self, backend: str, profile: str, at: float) -> DecodePace:
         """The cell's decode pace over its finished streams, cached until its samples change."""

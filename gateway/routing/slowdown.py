@@ -279,9 +279,11 @@ def live_ratios(
     shift: float,
     *,
     min_samples: int,
+    decode_only: bool = False,
 ) -> list[float]:
     """Observed / predicted for each request in flight that says something yet (see the module docstring);
-    a cell that predates the backend's `shift` predicts with it."""
+    a cell that predates the backend's `shift` predicts with it. `decode_only`: only streams read at their
+    decode pace, not requests still waiting for a first token (a queue is the load, not the engine's pace)."""
     ratios: list[float] = []
     ahead = queued_prompt_tokens(progress)
     for r in progress.requests:
@@ -301,7 +303,7 @@ def live_ratios(
             if fit is not None and (expected := expect(fit, load, share) * factor) > 0:
                 ratios.append(r.recent_itl_s / expected)
             continue
-        if r.first_content_s is not None or model.ttft is None:
+        if decode_only or r.first_content_s is not None or model.ttft is None:
             continue  # content has started: too little of it to read a pace
         if not paced.covers(r.concurrency, r.device_share):
             continue

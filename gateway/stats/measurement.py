@@ -194,21 +194,25 @@ class Measurement:
 
     def observe(self, record: Completion) -> None:
         """Dispatch observer: every finished request lands in its (backend, profile) window."""
+        for backend, attempt in getattr(record, "moved_attempts", ()):
+            if (partial := record_sample(attempt)) is not None:
+                self.recorder.record(backend, record.profile, partial)
         if record.backend is None:
             return
         sample = record_sample(record)
         if sample is None:
             return
-        broken = getattr(record, "resumed_from", ())
+        moved = getattr(record, "moved_from", ())  # cut to finish on a faster engine: not a failure
+        broken = [b for b in getattr(record, "resumed_from", ()) if b not in moved]
         # An engine that failed before the first byte was failed over: the client never saw it, but its
         # failure rate is what routing to it costs (each one is a retry, often onto its device's
         # neighbour), so it counts in its error rate like a broken stream.
         refused = [b for b, _ in getattr(record, "failures", ()) if b not in broken and b != record.backend]
         for backend in refused:
             self.recorder.record(backend, record.profile, replace(sample, error=True, ttft=None))
-        if broken:  # its timing spans two engines; the ones whose stream broke failed it
-            for backend in broken:
-                self.recorder.record(backend, record.profile, replace(sample, error=True))
+        for backend in broken:  # its stream broke: it failed the request
+            self.recorder.record(backend, record.profile, replace(sample, error=True))
+        if broken or moved:  # its timing spans two engines: no timing of either
             return
         self.recorder.record(record.backend, record.profile, sample)
 

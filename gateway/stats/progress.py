@@ -114,9 +114,11 @@ class ProgressBook:
         if attempts is not None:
             attempts.pop(attempt, None)
 
-    def view(self, backend: str) -> Progress:
+    def view(self, backend: str, mark: bool = True) -> Progress:
         """`backend`'s attempts in flight: their number and the longest-running (at most MAX_VIEW) as plain
-        records."""
+        records. Each view also keeps a reading of each attempt's device time, spaced over its life, for
+        the next views' recent share; `mark` False only looks (a reader besides the routing decisions
+        must not change what they will read)."""
         attempts = self._attempts.get(backend)
         if not attempts:
             return Progress()
@@ -124,10 +126,10 @@ class ProgressBook:
         shared_now = self.shared_seconds(backend)
         oldest = [a for a, _ in zip(attempts, range(MAX_VIEW), strict=False)]  # insertion order: oldest first
         sent = [a.sent for a in attempts]  # ascending, as the attempts were sent
-        return Progress(len(attempts), tuple(_record(a, now, shared_now, sent) for a in oldest))
+        return Progress(len(attempts), tuple(_record(a, now, shared_now, sent, mark) for a in oldest))
 
 
-def _record(attempt: Attempt, now: float, shared_now: float, sent: Sequence[float]) -> InFlight:
+def _record(attempt: Attempt, now: float, shared_now: float, sent: Sequence[float], mark: bool) -> InFlight:
     """`sent`: when each attempt in flight on the backend was sent, ascending."""
     elapsed = max(0.0, now - attempt.sent)
     share = _share(attempt.sent, attempt.shared_at, now, shared_now)
@@ -137,7 +139,7 @@ def _record(attempt: Attempt, now: float, shared_now: float, sent: Sequence[floa
     span = sum(gaps)
     recent = _share(*_reading_before(attempt, now - span), now, shared_now) if gaps else None
     # Readings spaced a quarter of the span the share is read over (of the life so far before content).
-    if now - attempt.marks[-1][0] >= (span if gaps else elapsed) / 4:
+    if mark and now - attempt.marks[-1][0] >= (span if gaps else elapsed) / 4:
         attempt.marks.append((now, shared_now))
     known = (attempt.profile, attempt.concurrency, attempt.stream, elapsed, share, attempt.prompt_tokens)
     if meter is None or first is None:
