@@ -60,10 +60,11 @@ predict this one better than the winner (`_promising`: measuring it is expected 
 never blind: a cell past its age bound, or measured before another backend changed regime, is refreshed
 at once.
 
-Streams already running on an engine seen slowed (every request it runs read slower than its fits:
-routing/moving.py `moving_off`) are weighed too: `AdaptiveScorer.moves` says which of them the engine
-their request fails over to would finish sooner, prefill of what they wrote included, and proxy/moves.py
-cuts those and has them continued there (proxy/resume.py).
+Streams already running on an engine seen slowed beyond doubt (every stream it decodes slower than its
+fits, since it changed pace under way: routing/moving.py `moving_off`) are weighed too:
+`AdaptiveScorer.moves` says which of them the engine their request fails over to would finish sooner,
+prefill of what they wrote included, and proxy/moves.py cuts those and has them continued there
+(proxy/resume.py).
 
 Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
 backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
@@ -225,11 +226,10 @@ class AdaptiveScorer:
         backend, profile, streams, to = question.backend, question.profile, question.streams, question.to
         knobs = question.knobs
         at = self.windows.now()
-        ratios = self._peeks.decode_ratios(backend, profile, at)
-        changes = pace_changes(self._peeks.view(backend))
-        if not moving_off(ratios, changes, knobs.tolerance):
+        progress = self._peeks.view(backend)
+        ratios = self._peeks.decode_ratios(backend, profile, at, progress)
+        if not moving_off(ratios, pace_changes(progress), knobs.tolerance):
             return [False] * len(streams)
-        reading = self._peeks.of(backend, profile, at)
         loads = {b.name: b.inflight for b in question.backends}
 
         def busy_beside(name: str) -> bool:  # an engine of its device other than these two is busy
@@ -245,8 +245,8 @@ class AdaptiveScorer:
         config = PredictConfig(min_samples=knobs.min_samples)
         here, inflight = engine(backend), loads.get(backend, 0)
         moved = plan_moves(here, inflight, busy_beside(backend), streams, there, knobs.tolerance, config)
-        if any(moved):
-            self.slowdowns.adopt(backend, at, reading)
+        if any(moved):  # the reading `engine` scaled it by, found at `at` already
+            self.slowdowns.adopt(backend, at, self._peeks.of(backend, profile, at))
         return moved
 
     def book(self, plan: ExplorationPlan, backend: str) -> None:

@@ -49,21 +49,13 @@ class EngineSlowdowns:
         """`backend`'s requests in flight as this book reads them (none without a progress view)."""
         return self.progress(backend) if self.progress is not None else Progress()
 
-    def decode_ratios(self, backend: str, profile: str, at: float) -> list[float]:
-        """How many times slower than its decode-pace fits each of `backend`'s streams under way decodes,
-        for those read at their pace (slowdown.live_ratios, decode only); `profile` leads as in `of`."""
-        progress = self.view(backend)
-        profiles = [profile, *self._profiles.get(backend, ())]
-        profiles += [r.profile for r in progress.requests]
-
-        def pace(name: str) -> DecodePace:
-            return self._pace(backend, name, at)
-
+    def decode_ratios(self, backend: str, profile: str, at: float, progress: Progress) -> list[float]:
+        """How many times slower than its decode-pace fits each of `backend`'s streams in `progress`
+        decodes, for those read at their pace (slowdown.live_ratios, decode only); `profile` leads as in
+        `of`, whose shift they predict with."""
+        cell, pace = self._readers(backend, at)
+        profiles = [profile, *self._profiles.get(backend, ()), *(r.profile for r in progress.requests)]
         shift = max((pace(p).shift for p in dict.fromkeys(profiles)), default=1.0)
-
-        def cell(name: str) -> CellModel:
-            return self.cache.get(self.windows, backend, name, at)
-
         return live_ratios(progress, cell, pace, shift, min_samples=MIN_SAMPLES, decode_only=True)
 
     def adopt(self, backend: str, at: float, slowed: Slowdown) -> None:
@@ -81,7 +73,19 @@ class EngineSlowdowns:
             seen[profile] = None
         if known is not None and known[0] == at:
             return known[1]
-        progress = self.progress(backend) if self.progress is not None else Progress()
+        progress = self.view(backend)
+        cell, pace = self._readers(backend, at)
+        profiles = [profile, *(p for p in seen if p != profile)]
+        profiles += {r.profile: None for r in progress.requests if r.profile not in seen}
+        last = known[1] if known is not None else None
+        slowed = engine_slowdown(progress, profiles, cell, pace, min_samples=MIN_SAMPLES, at=at, before=last)
+        self._remember(backend, at, slowed)
+        return slowed
+
+    def _readers(
+        self, backend: str, at: float
+    ) -> tuple[Callable[[str], CellModel], Callable[[str], DecodePace]]:
+        """`backend`'s cell model and decode pace per profile, as of `at` (cached by the cells' versions)."""
 
         def cell(profile: str) -> CellModel:
             return self.cache.get(self.windows, backend, profile, at)
@@ -89,12 +93,7 @@ class EngineSlowdowns:
         def pace(profile: str) -> DecodePace:
             return self._pace(backend, profile, at)
 
-        profiles = [profile, *(p for p in seen if p != profile)]
-        profiles += {r.profile: None for r in progress.requests if r.profile not in seen}
-        last = known[1] if known is not None else None
-        slowed = engine_slowdown(progress, profiles, cell, pace, min_samples=MIN_SAMPLES, at=at, before=last)
-        self._remember(backend, at, slowed)
-        return slowed
+        return cell, pace
 
     def _remember(self, backend: str, at: float, slowed: Slowdown) -> None:
         if backend not in self._slowed and len(self._slowed) >= self.windows.max_cells:
