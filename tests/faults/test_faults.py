@@ -13,7 +13,11 @@ from gateway.backends.registry import Status
 async def test_a_crashed_backend_loses_no_request_the_other_could_serve() -> None:
     # A non-streamed answer's headers come when its generation ends: 400 tokens with 30 running take
     # about 0.8 s here, so the rig's 1 s first-byte limit would turn a slow machine into lost requests.
-    async with rig(fleet_spec("a", "b"), timeouts={"first_byte_s": 10.0}) as r:
+    # The engines share the gateway's event loop: 30 requests starting at once on a busy machine can hold
+    # a loopback connect past the rig's 0.5 s, which reads as both engines failing, and opens b's breaker
+    # before a has crashed. A crash refuses connections at once, so the longer limit hides nothing here.
+    timeouts = {"connect_s": 5.0, "first_byte_s": 10.0}
+    async with rig(fleet_spec("a", "b"), timeouts=timeouts) as r:
         batch = [asyncio.create_task(r.chat(max_tokens=400)) for _ in range(30)]
         await asyncio.sleep(0.1)
         await r.fleet.engine("a").crash()
