@@ -152,9 +152,11 @@ def _movable(t: _Tracked) -> bool:
 def _underway(t: _Tracked) -> Underway:
     """The stream as far as it has gone: frames stand for tokens (a speculative engine's frame may carry
     several: then it has gone further than counted, and is moved less eagerly). Without a token limit
-    in the request nothing says how much is left: it stays."""
+    in the request what is left is unknown here (None): the planner reads it from the profile's
+    finished answers (routing/moving.py `expected_left`)."""
     job, meter, resume = t.exchange.job, t.watched.meter, t.exchange.resume
     generated = (meter.content_frames if meter is not None else 0) + (resume.generated if resume else 0)
     limit = job.body.get("max_tokens", job.body.get("max_completion_tokens"))
-    left = limit - generated if isinstance(limit, int) and not isinstance(limit, bool) else 0
-    return Underway(job.prompt_tokens, generated, max(left, 0))
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return Underway(job.prompt_tokens, generated, None)
+    return Underway(job.prompt_tokens, generated, max(limit - generated, 0))

@@ -92,7 +92,15 @@ from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
 from gateway.routing.exploring import Explorer, probe_instead
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.model_choice import ModelChoice, loads_met, own_content
-from gateway.routing.moving import Destination, MoveQuestion, moving_off, pace_changes, plan_moves
+from gateway.routing.moving import (
+    Destination,
+    MoveQuestion,
+    Underway,
+    expected_left,
+    moving_off,
+    pace_changes,
+    plan_moves,
+)
 from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
 from gateway.routing.peers import (
     Borrowed,
@@ -244,10 +252,34 @@ class AdaptiveScorer:
         there = Destination(to, loads.get(to, 0), engine(to), busy_beside(to))
         config = PredictConfig(min_samples=knobs.min_samples)
         here, inflight = engine(backend), loads.get(backend, 0)
+        streams = self._with_lefts(streams, profile, question.backends, at, knobs.min_samples)
         moved = plan_moves(here, inflight, busy_beside(backend), streams, there, knobs.tolerance, config)
         if any(moved):  # the reading `engine` scaled it by, found at `at` already
             self.slowdowns.adopt(backend, at, self._peeks.of(backend, profile, at))
         return moved
+
+    def _with_lefts(
+        self,
+        streams: Sequence[Underway],
+        profile: str,
+        backends: Sequence[BackendSnapshot],
+        at: float,
+        min_samples: int,
+    ) -> list[Underway]:
+        """The streams, those without a token limit given what the profile's finished answers on the
+        pool's backends say they will still write (moving.expected_left)."""
+        if all(s.left is not None for s in streams):
+            return list(streams)
+        outputs = [
+            sample.output_tokens
+            for b in backends
+            for sample in self.windows.samples(b.name, profile, at)
+            if not sample.error
+        ]
+        return [
+            s if s.left is not None else replace(s, left=expected_left(s.generated, outputs, min_samples))
+            for s in streams
+        ]
 
     def book(self, plan: ExplorationPlan, backend: str) -> None:
         """The dispatcher sent a request planned as `plan` to `backend`: apply the plan (pacing.py)."""

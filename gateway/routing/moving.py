@@ -12,8 +12,10 @@ another engine, which prefills it and writes the rest. Per stream, with `left` t
     move = TTFT_there(n_there + 1, prompt + generated) + left x TPOT_there(n_there + 1)
 
 and it moves when stay > move x (1 + margin). Streams are taken longest first, each one moved counting in
-the destination's load for the next. A destination sharing the slowed engine's device is predicted with
-the device to itself unless a third engine of it is busy: the streams that leave empty the slowed one.
+the destination's load for the next. `left` is the request's token limit less what it wrote, or for one
+without a limit what the profile's finished answers that went as far wrote beyond it (`expected_left`).
+A destination sharing the slowed engine's device is predicted with the device to itself unless a third
+engine of it is busy: the streams that leave empty the slowed one.
 Nothing is weighed before the engine is seen slowed beyond doubt (`moving_off`): a move cannot be taken
 back, so it acts only on a change of the engine every stream there shows.
 """
@@ -37,7 +39,7 @@ class Underway:
 
     prompt_tokens: int
     generated: int  # tokens it sent so far
-    left: int  # tokens it may still write
+    left: int | None  # tokens it may still write; None: the request set no limit (`expected_left`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,19 @@ def pace_changes(progress: Progress) -> list[float]:
     return changes
 
 
+def expected_left(generated: int, outputs: Sequence[int], min_samples: int) -> int | None:
+    """What a stream without a token limit will still write, read from `outputs`, the lengths of its
+    profile's finished answers: the median of what those that went past `generated` wrote beyond it. An
+    answer that has gone far is likely one of the long ones, so what is left is read among those, not
+    from the mean length. None with fewer than `min_samples` of them: nothing says, and it stays. Most
+    clients send no limit, so without this no stream of theirs would ever move. The finished answers
+    include some cut short (a token limit, a move), so this errs short, and a short estimate moves less."""
+    beyond = [length - generated for length in outputs if length > generated]
+    if len(beyond) < max(min_samples, 1):
+        return None
+    return round(statistics.median(beyond))
+
+
 def worth_moving(stay_s: float, move_s: float | None, margin: float) -> bool:
     """Whether finishing elsewhere (`move_s`, None: not predicted) beats staying by more than `margin`."""
     return move_s is not None and stay_s > move_s * (1.0 + margin)
@@ -108,26 +123,28 @@ def plan_moves(
     config: PredictConfig | None = None,
 ) -> list[bool]:
     """Per stream (in the order given), whether it moves to `there` (formulas in the module docstring).
-    Nothing moves without a decode fit here: no pace to compare against."""
+    Nothing moves without a decode fit here (no pace to compare against), nor a stream whose `left` is
+    unknown (None) or nothing."""
     cfg = config or PredictConfig()
     moved = [False] * len(streams)
     if here.tpot is None or here.samples < cfg.min_samples:
         return moved
     tpot_here = here.tpot.at(here_inflight, here_busy)
     load = there.inflight
-    for i in sorted(range(len(streams)), key=lambda i: -streams[i].left):
-        s = streams[i]
+    lefts = {i: s.left for i, s in enumerate(streams) if s.left}
+    for i in sorted(lefts, key=lambda i: -lefts[i]):
+        s, left = streams[i], lefts[i]
         finished = predict_with_model(
             there.backend,
             there.model,
             inflight=load,
             objective="e2e",
-            max_output_tokens=max(s.left, 1),
+            max_output_tokens=left,
             config=cfg,
             device_busy=there.device_busy,
             prompt_tokens=s.prompt_tokens + s.generated,
         )
-        if worth_moving(s.left * tpot_here, finished.value, margin):
+        if worth_moving(left * tpot_here, finished.value, margin):
             moved[i] = True
             load += 1
     return moved

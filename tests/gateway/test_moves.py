@@ -49,7 +49,7 @@ class Planner:
 
 
 def run_moving(
-    a: MockResponse, planner: Planner, b_flavor: str = "vllm"
+    a: MockResponse, planner: Planner, b_flavor: str = "vllm", chat: dict[str, Any] = CHAT
 ) -> tuple[bytes, RequestRecord, Backends, Reliability]:
     rest = [chunk(role=True, ident="b-9"), chunk(" world", ident="b-9"), chunk(finish="length", ident="b-9")]
     b = MockResponse(200, [*rest, usage(13, 8, "b-9"), DONE], "text/event-stream")
@@ -59,7 +59,7 @@ def run_moving(
     settings = settings_for(urls, backends=flavors)
     dispatcher, registry, reliability, records = reliable_dispatcher(settings, backends, max_attempts=3)
     dispatcher.moves = StreamMoves(registry, planner, lambda profile: Adaptive(), interval_s=0.02)
-    body = {**CHAT, "stream": True}
+    body = {**chat, "stream": True}
     job = Job(
         "r1",
         "chat",
@@ -98,6 +98,17 @@ def test_a_stream_the_planner_moves_is_finished_by_the_next_engine_and_its_engin
     assert reliability.breakers["a"].snapshot().window_failures == 0
     ((moved_from, attempt),) = record.moved_attempts
     assert moved_from == "a" and attempt.output_tokens == 2 and attempt.ttft is not None
+
+
+def test_a_stream_without_a_token_limit_is_put_to_the_planner_with_what_is_left_unknown() -> None:
+    """The planner reads what such a stream has left from its profile's answers (moving.expected_left)."""
+    planner = Planner(move=True)
+    a = Slowed(200, [chunk(role=True), chunk("Hel"), chunk("lo")], "text/event-stream")
+    unlimited = {key: value for key, value in CHAT.items() if key != "max_tokens"}
+    raw, record, _, _ = run_moving(a, planner, chat=unlimited)
+
+    assert planner.asked[0] == ("a", "b", [Underway(0, 2, None)])
+    assert text_of(events(raw)) == "Hello world" and record.moved_from == ["a"]
 
 
 def test_a_moved_attempt_is_a_sample_of_its_engine_and_no_error() -> None:
