@@ -30,7 +30,7 @@ from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot, Progress
 from gateway.routing.cells import CellModel
 from gateway.routing.predict import PredictConfig, predict_with_model
-from gateway.routing.slowdown import MIN_EVIDENCE, MIN_FRAMES, SLOWED
+from gateway.routing.slowdown import MIN_EVIDENCE, SLOWED, pace_change
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,14 +85,7 @@ def pace_changes(progress: Progress) -> list[float]:
     """Per stream under way read at its pace (slowdown.MIN_FRAMES frames or more), its newest gaps'
     median over its mean gap since its first content: about 1 at a steady pace, above after a slow-down
     that came while it ran."""
-    changes = []
-    for r in progress.requests:
-        if r.recent_itl_s is None or r.first_content_s is None or r.frames < MIN_FRAMES:
-            continue
-        mean_gap = (r.elapsed_s - r.first_content_s) / (r.frames - 1)
-        if mean_gap > 0:
-            changes.append(r.recent_itl_s / mean_gap)
-    return changes
+    return [change for r in progress.requests if (change := pace_change(r)) is not None]
 
 
 def expected_left(generated: int, outputs: Sequence[int], min_samples: int) -> int | None:

@@ -20,6 +20,10 @@ than predicted. So, per backend, pure functions on plain data:
   seconds, and a neighbour that has just taken its first request would read the whole pace as contended
   (traffic leaving a slowed engine would hide the slow-down it is leaving for). Nor from gaps served
   while a wave of requests arrived at the backend (MAX_ARRIVALS): their prefill ran in those steps.
+  At a load its fits never met, a stream is read against its own pace instead: its newest gaps over its
+  mean gap since its first content, when no request joined the backend since then and its device's
+  other engines were no busier lately (`unmeasured_load_change`): its load only fell, so a slower pace
+  is the engine's. A throttle during the first burst at a new load shows there and nowhere else.
   The fit is that of the profile's streams before its newest MIN_EVIDENCE (`DecodePace.reference`), as
   for the newest finished below: a few slowed answers, short of a regime change, pull a fit of all of
   them toward themselves at the load they met, and the streams in flight there read on it.
@@ -65,7 +69,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from itertools import zip_longest
 
-from gateway.records import Progress, Sample
+from gateway.records import InFlight, Progress, Sample
 from gateway.routing.cells import CellModel
 from gateway.routing.fitting import Fit, LoadPoint, fit_load
 from gateway.routing.regime import CHANGE_RUN, SHARE_MARGIN, expect, regime_shift, regimes
@@ -286,6 +290,7 @@ def live_ratios(
     decode pace, not requests still waiting for a first token (a queue is the load, not the engine's pace)."""
     ratios: list[float] = []
     ahead = queued_prompt_tokens(progress)
+    youngest = min((r.elapsed_s for r in progress.requests), default=0.0)
     for r in progress.requests:
         model = cell(r.profile)
         if model is None or model.samples < min_samples:
@@ -302,6 +307,8 @@ def live_ratios(
             fit = paced.fit if paced.covers(load, share) else None  # a load never measured: no fit
             if fit is not None and (expected := expect(fit, load, share) * factor) > 0:
                 ratios.append(r.recent_itl_s / expected)
+            elif fit is None and (change := unmeasured_load_change(r, youngest)) is not None:
+                ratios.append(change)
             continue
         if decode_only or r.first_content_s is not None or model.ttft is None:
             continue  # content has started: too little of it to read a pace
@@ -315,6 +322,29 @@ def live_ratios(
         if predicted > 0 and r.elapsed_s > predicted:
             ratios.append(r.elapsed_s / predicted)  # a lower bound: it is still waiting
     return ratios
+
+
+def pace_change(r: InFlight) -> float | None:
+    """A stream's newest gaps over its mean gap since its first content (None: not read at its pace yet,
+    MIN_FRAMES): about 1 at a steady pace, above after a slow-down that came while it ran."""
+    if r.recent_itl_s is None or r.first_content_s is None or r.frames < MIN_FRAMES:
+        return None
+    mean_gap = (r.elapsed_s - r.first_content_s) / (r.frames - 1)
+    return r.recent_itl_s / mean_gap if mean_gap > 0 else None
+
+
+def unmeasured_load_change(r: InFlight, youngest_s: float) -> float | None:
+    """What a stream at a load its fits never met says of its engine: its own pace change, if nothing
+    joined the backend since its first content (the youngest request in flight, `youngest_s` old, was
+    sent before it) and its device's other engines were no busier lately than over its life. Its load
+    only fell since its content began, so a slower pace is the engine's. Without this, a slow-down during
+    the first burst at a new load went unseen until the burst finished: spark-home-35b's q475-dflash,
+    throttled 2.5x 19 s into its first 16-user round, kept its traffic for 90 s."""
+    if r.first_content_s is None or youngest_s < r.elapsed_s - r.first_content_s:
+        return None
+    if r.recent_share is not None and r.recent_share > r.device_share + SHARE_MARGIN:
+        return None
+    return pace_change(r)
 
 
 def queued_prompt_tokens(progress: Progress) -> dict[float, int]:

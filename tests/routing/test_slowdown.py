@@ -61,6 +61,30 @@ def test_a_load_its_streams_never_met_is_not_a_slow_down() -> None:
     assert slowdown(samples, streaming(0.026 * 2.5, 12)) == 1.0  # 12 in flight: beyond what the fit knows
 
 
+def throttled_under_way(n: int, c: int = 12, recent: float = 0.075, mean: float = 0.03) -> list[InFlight]:
+    """Streams `c` in flight (beyond what stream_samples measured) whose frames came `mean` s apart since
+    their first content and `recent` s apart lately: their engine slowed while they ran."""
+    frames = 40
+    elapsed = 0.2 + mean * (frames - 1)
+    return [
+        InFlight("chat", c, True, elapsed, first_content_s=0.2, frames=frames, recent_itl_s=recent)
+        for _ in range(n)
+    ]
+
+
+def test_at_a_load_never_met_streams_whose_own_pace_slowed_with_nothing_joining_make_the_factor() -> None:
+    samples = stream_samples(0.020)  # measured up to 8 in flight
+    assert slowdown(samples, throttled_under_way(6)) == pytest.approx(2.5)
+    assert slowdown(samples, throttled_under_way(6, recent=0.03)) == 1.0  # a steady pace: nothing changed
+    # A request sent since their content began: the load may have grown under them, so their pace says
+    # nothing of the engine.
+    joined = [*throttled_under_way(6), InFlight("chat", 13, True, 0.5)]
+    assert slowdown(samples, joined) == 1.0
+    # Their device's other engine busier lately than over their lives: the neighbour took the steps.
+    beside = [replace(r, recent_share=0.5) for r in throttled_under_way(6)]
+    assert slowdown(samples, beside) == 1.0
+
+
 def test_streams_whose_newest_steps_ran_a_burst_of_prefills_say_nothing_of_the_pace() -> None:
     samples = stream_samples(0.020)
     slow = streaming(0.026 * 2.5, 6)
