@@ -65,7 +65,10 @@ def current_regime(
 
 
 def regimes(
-    points: Sequence[LoadPoint], run: int = CHANGE_RUN, factor: float = CHANGE_FACTOR
+    points: Sequence[LoadPoint],
+    run: int = CHANGE_RUN,
+    factor: float = CHANGE_FACTOR,
+    lives: Sequence[float] | None = None,
 ) -> list[tuple[int, int]]:
     """Where each regime of the engine's behaviour begins in `points` (oldest first), and which way it moved:
     (index, 1 slower / -1 faster); the first is (0, 0). The decode pace's regimes (slowdown.decode_pace).
@@ -78,29 +81,46 @@ def regimes(
     would hand the fit back to the old regime, and the traffic that had left a throttled engine would come
     back to it in a wave. Only for decode pace: a frame gap is the engine's step, whatever the prompt,
     where TTFT turns on the prompt's length and cache hits, which a run of long prompts would make a
-    regime that holds.
+    regime that holds. `lives`, beside each point, the load it decoded at (slowdown.itl_points): a point
+    whose decode load the regime never met says nothing either, whatever load it was sent at. The first
+    requests of a burst are sent at a load of one or two and decode at sixteen: on a pair whose neighbour
+    had just been throttled, fp8-vision's first 15-request burst read 2.5x its fit of one and two, its
+    fits took a "slow-down" of 2.5x, and traffic went back to the throttled engine.
     """
     found = [(0, 0)]
     sums = LoadSums()
     for i, point in enumerate(points):
-        if sums.n >= run and (way := _change_at(points, i, sums, run, factor)):
+        if sums.n >= run and (way := _change_at(points, i, sums, run, factor, lives)):
             found.append((i, way))
             sums = LoadSums()
         sums.add(*point)
     return found
 
 
-def _change_at(points: Sequence[LoadPoint], i: int, before: LoadSums, run: int, factor: float) -> int:
+def _change_at(
+    points: Sequence[LoadPoint],
+    i: int,
+    before: LoadSums,
+    run: int,
+    factor: float,
+    lives: Sequence[float] | None = None,
+) -> int:
     """1 (slower) or -1 (faster) when points[i:] open with `run` points differing that way from `before`'s
     fit, else 0. One at a load `before` never met says nothing either way: it neither ends the run (the one
     request explored at a lone load after a slow-down) nor counts toward it."""
     fit = before.coefficients()
-    first = _side(points[i], before, fit, factor)
+
+    def side(j: int) -> int | None:
+        if lives is not None and not before.covers(lives[j], points[j][1], SHARE_MARGIN):
+            return None  # decoded at a load never met
+        return _side(points[j], before, fit, factor)
+
+    first = side(i)
     if not first:  # most points: on the fit, or at a load never met
         return 0
     differing = 0
-    for point in points[i:]:
-        way = _side(point, before, fit, factor)
+    for j in range(i, len(points)):
+        way = side(j)
         if way is None:
             continue
         if way != first:

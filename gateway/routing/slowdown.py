@@ -173,7 +173,7 @@ def itl_points(samples: Sequence[Sample]) -> tuple[list[LoadPoint], list[float]]
 def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     """The decode pace of one cell's samples (oldest first)."""
     points, lives = itl_points(samples)
-    found = regimes(points, factor=PACE_CHANGE)
+    found = regimes(points, factor=PACE_CHANGE, lives=lives)
     start = found[-1][0]
     regime = points[start:]
     fit = fit_load(regime)

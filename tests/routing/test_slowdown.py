@@ -217,6 +217,16 @@ def test_answers_half_again_slower_restart_the_pace() -> None:
     assert decode_pace(samples[:16] + stream_samples(0.020 * 1.3, n=5)).shift == 1.0
 
 
+def test_streams_that_decoded_at_a_load_never_measured_make_no_regime_change() -> None:
+    # Sent at loads 1..5, 1.7x slower: a change. Decoded at 16 (a burst joined them), they say nothing:
+    # the streams before them never decoded beyond 8, and a burst decodes slower whatever the engine.
+    samples = stream_samples(0.020, n=16)
+    slow = stream_samples(0.020 * 1.7, n=5)
+    assert decode_pace(samples + slow).shift > 1.5
+    burst = [replace(sample, mean_load=16.0) for sample in slow]
+    assert decode_pace(samples + burst).shift == 1.0
+
+
 def test_one_stream_at_the_old_pace_does_not_undo_a_restarted_pace() -> None:
     # A lone request beside a busy neighbour reads near the old fit (the neighbour's share of each step is
     # not slowed): it is noise in the slowed regime, and five slow streams before it still say 2.5x.
