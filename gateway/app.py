@@ -149,7 +149,7 @@ def build_gateway(
         dispatcher.on_dispatch.append(book_explorations(objective, probes))
         running.append(probes)
         if watcher is not None and settings.limits.resume_streams:  # streams move off a slowed engine
-            dispatcher.moves = StreamMoves(registry, objective, adaptive_knobs(watcher))
+            dispatcher.moves = StreamMoves(registry, objective.mover, adaptive_knobs(watcher))
     return Gateway(
         settings=settings,
         registry=registry,

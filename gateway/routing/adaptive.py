@@ -62,9 +62,9 @@ at once.
 
 Streams already running on an engine seen slowed beyond doubt (every stream it decodes slower than its
 fits, since it changed pace under way: routing/moving.py `moving_off`) are weighed too:
-`AdaptiveScorer.moves` says which of them the engine their request fails over to would finish sooner,
-prefill of what they wrote included, and proxy/moves.py cuts those and has them continued there
-(proxy/resume.py).
+`AdaptiveScorer.mover` (routing/slowed_moves.py) says which of them the engine their request fails over
+to would finish sooner, prefill of what they wrote included, and proxy/moves.py cuts those and has them
+continued there (proxy/resume.py).
 
 Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
 backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
@@ -92,15 +92,6 @@ from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
 from gateway.routing.exploring import Explorer, probe_instead
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.model_choice import ModelChoice, loads_met, own_content
-from gateway.routing.moving import (
-    Destination,
-    MoveQuestion,
-    Underway,
-    expected_left,
-    moving_off,
-    pace_changes,
-    plan_moves,
-)
 from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
 from gateway.routing.peers import (
     Borrowed,
@@ -119,7 +110,7 @@ from gateway.routing.shared_device import (
     holders,
     steady_states,
 )
-from gateway.routing.slowdown import scaled
+from gateway.routing.slowed_moves import SlowedEngineMoves
 from gateway.routing.spill import capacity
 from gateway.routing.verdict import Verdict, demoted, effective_value, verdict
 
@@ -159,11 +150,10 @@ class AdaptiveScorer:
         # The models each decision predicts with, scaled by each backend's slow-down as of the decision
         # under way (also read by `_prediction` and the Explorer: `slowdowns`).
         self.models = ModelChoice(windows, self.cache, EngineSlowdowns(windows, self.cache, progress))
-        # The stream mover's readings (`moves`), through `peek` (the same requests in flight, looked at
-        # without the device-time readings a view keeps for the decisions' next views) and fits of its own:
-        # reading every second must not change what the decisions read.
-        self._peeks = EngineSlowdowns(windows, ModelCache(windows.max_cells), peek or progress)
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
+        # The stream mover's planner, through `peek` (the same requests in flight, looked at without the
+        # device-time readings a view keeps for the decisions' next views).
+        self.mover = SlowedEngineMoves(windows, peek or progress, self.devices, self.models.slowdowns)
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
         self.explore = explore  # False: never explores (explain's preview)
         self.probes = probes  # True: decode probes are sent for plans that ask (proxy/decode_probe.py)
@@ -224,62 +214,6 @@ class AdaptiveScorer:
         waited on the throttled fp8-mtp, and the round's first two requests after the slow-down followed
         them there."""
         return max(1, min_samples - self.models.engine(backend, at).samples)
-
-    def moves(self, question: MoveQuestion) -> list[bool]:
-        """Which of the question's streams to finish on its destination now (routing/moving.py): none
-        unless their engine is seen slowed beyond doubt, as of now (a closed loop of users all waiting
-        on it makes no decision to read it in). Read in a book of its own, so that reading moves nothing
-        the decisions hold; a move hands the reading over to them (its streams leave no requests in
-        flight there to read it from again)."""
-        backend, profile, streams, to = question.backend, question.profile, question.streams, question.to
-        knobs = question.knobs
-        at = self.windows.now()
-        progress = self._peeks.view(backend)
-        ratios = self._peeks.decode_ratios(backend, profile, at, progress)
-        if not moving_off(ratios, pace_changes(progress), knobs.tolerance):
-            return [False] * len(streams)
-        loads = {b.name: b.inflight for b in question.backends}
-
-        def busy_beside(name: str) -> bool:  # an engine of its device other than these two is busy
-            device = self.devices.get(name)
-            others = (b for b, d in self.devices.items() if device is not None and d == device)
-            return any(loads.get(b, 0) > 0 for b in others if b not in (backend, to))
-
-        def engine(name: str) -> CellModel:
-            model = self._peeks.cache.backend(self.windows, name, at)
-            return scaled(model, self._peeks.of(name, profile, at).for_cell(model))
-
-        there = Destination(to, loads.get(to, 0), engine(to), busy_beside(to))
-        config = PredictConfig(min_samples=knobs.min_samples)
-        here, inflight = engine(backend), loads.get(backend, 0)
-        streams = self._with_lefts(streams, profile, question.backends, at, knobs.min_samples)
-        moved = plan_moves(here, inflight, busy_beside(backend), streams, there, knobs.tolerance, config)
-        if any(moved):  # the reading `engine` scaled it by, found at `at` already
-            self.slowdowns.adopt(backend, at, self._peeks.of(backend, profile, at))
-        return moved
-
-    def _with_lefts(
-        self,
-        streams: Sequence[Underway],
-        profile: str,
-        backends: Sequence[BackendSnapshot],
-        at: float,
-        min_samples: int,
-    ) -> list[Underway]:
-        """The streams, those without a token limit given what the profile's finished answers on the
-        pool's backends say they will still write (moving.expected_left)."""
-        if all(s.left is not None for s in streams):
-            return list(streams)
-        outputs = [
-            sample.output_tokens
-            for b in backends
-            for sample in self.windows.samples(b.name, profile, at)
-            if not sample.error
-        ]
-        return [
-            s if s.left is not None else replace(s, left=expected_left(s.generated, outputs, min_samples))
-            for s in streams
-        ]
 
     def book(self, plan: ExplorationPlan, backend: str) -> None:
         """The dispatcher sent a request planned as `plan` to `backend`: apply the plan (pacing.py)."""

@@ -1,6 +1,6 @@
 """A stream whose request set no token limit (what most clients send) is moved off an engine seen slowed
 when the profile's finished answers say it has much left to write, and stays when they say it is nearly
-done or do not say (AdaptiveScorer.moves, moving.expected_left)."""
+done or do not say (SlowedEngineMoves.moves, moving.expected_left)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def moved(streams_underway: list[Underway], answer_lengths: list[int]) -> list[b
     scorer = AdaptiveScorer(recorder, progress=lambda name: throttled() if name == "x" else Progress())
     pool = [BackendSnapshot("x", inflight=6), BackendSnapshot("y", inflight=0)]
     question = MoveQuestion("x", "default", streams_underway, pool, "y", Adaptive())
-    return scorer.moves(question)
+    return scorer.mover.moves(question)
 
 
 def test_a_stream_without_a_limit_moves_when_the_profiles_answers_say_much_is_left() -> None:
