@@ -85,6 +85,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
 from gateway.routing.cells import CellModel, CellView, ModelCache, Windows
 from gateway.routing.context import RouteContext
@@ -169,18 +170,20 @@ class AdaptiveScorer:
     ) -> Assessment:
         """One evaluation per request: scores for the backends that serve now (with the exploration plan
         among them) and for those that could serve once back (`later`, as they will be then: the fallback
-        order, never explored)."""
+        order, never explored). The backends predicted are `priced`: their predictions count the queue
+        they would make the request join, so the ranking is not spilled from them."""
         decided = self.decide(ctx, now)
         scores = dict(decided.scores)
         if later:
             scores.update(self._rank(ctx, later).scores)
-        return Assessment(scores, decided.plan)
+        priced = frozenset(p.backend for p in decided.predictions if p.value is not None)
+        return Assessment(scores, decided.plan, priced)
 
     def decide(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over `backends`, the exploration due now included (as a plan: nothing is booked)."""
         at = self.windows.now()
         knobs = ctx.adaptive
-        cells = {b.name: self.models.cell(b.name, ctx.profile.name, at) for b in backends}
+        cells = {b.name: self.models.cell(b.name, ctx.profile.name, at, ctx.adaptive) for b in backends}
         device = self._device_loads(backends, at)
         decided = self._verdict(ctx, backends, cells, device)
         if not self.explore or knobs.explore_epsilon <= 0 or not backends:
@@ -190,7 +193,11 @@ class AdaptiveScorer:
         promising = self._promising(ctx, backends, cells, device, decided)
         winner = max(decided.scores, key=decided.scores.__getitem__, default=None)
         # An engine holding its device takes the request itself (Explorer.plan): no probe stands for it
-        held = explorer.held(unit, knobs, measured, winner, device, at)
+        held = [
+            name
+            for name in explorer.held(unit, knobs, measured, winner, device, at)
+            if not _clearly_beaten(decided, name, winner, ctx.profile.objective, knobs.tolerance)
+        ]
         probed = [
             name
             for name in cells
@@ -228,7 +235,7 @@ class AdaptiveScorer:
         device: Mapping[str, Sequence[DeviceLoad]],
     ) -> Verdict:
         config = PredictConfig(min_samples=ctx.adaptive.min_samples)
-        chosen = {b.name: self.models.choose(ctx, b, cells, len(device[b.name]) > 1) for b in backends}
+        chosen = {b.name: self.models.choose(ctx, b, cells, _neighbours(b.name, device)) for b in backends}
         models = {
             name: own_content(model, cells[name].model, ctx.features.repetition, config.min_samples)
             for name, (model, _) in chosen.items()
@@ -251,7 +258,7 @@ class AdaptiveScorer:
             )
             for b in backends
         ]
-        prior = demoted(self._prior.score(ctx, backends), self._slowed(backends, ctx.adaptive.tolerance))
+        prior = demoted(self._prior.score(ctx, backends), self._slowed(backends, ctx.adaptive))
         prior = levelled_prior(prior, models, device, ctx.features.repetition, config.min_samples)
         held = holders(
             device,
@@ -329,15 +336,15 @@ class AdaptiveScorer:
         values = {b.name: value(b) for b in short if b.name != winner}
         return [n for n, v in values.items() if v is not None and (v > best if higher else v < best)]
 
-    def _slowed(self, backends: Sequence[BackendSnapshot], tolerance: float) -> set[str]:
-        """The backends whose engine runs slower than its fits by over `tolerance`, as of this decision."""
-        found = {b.name: self.slowdowns.latest(b.name) for b in backends}
-        return {name for name, s in found.items() if s is not None and s.beyond(tolerance)}
+    def _slowed(self, backends: Sequence[BackendSnapshot], knobs: Adaptive) -> set[str]:
+        """The backends whose engine runs slower than its fits by over the tolerance, as of this decision
+        or within the refresh bound's seconds (EngineSlowdowns.suspect)."""
+        return {b.name for b in backends if self.slowdowns.suspect(b.name, knobs.refresh_s, knobs.tolerance)}
 
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over backends that serve only once back, without exploring them."""
         at = self.windows.now()
-        cells = {b.name: self.models.cell(b.name, ctx.profile.name, at) for b in backends}
+        cells = {b.name: self.models.cell(b.name, ctx.profile.name, at, ctx.adaptive) for b in backends}
         return self._verdict(ctx, backends, cells, self._device_loads(backends, at))
 
     def without_exploration(self) -> AdaptiveScorer:
@@ -452,3 +459,26 @@ class AdaptiveScorer:
             model = self.cache.backend(self.windows, b.name, at)
             loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model, capacity(b))
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
+
+
+def _neighbours(backend: str, device: Mapping[str, Sequence[DeviceLoad]]) -> list[str]:
+    """The other backends of `backend`'s device (none: a device of its own)."""
+    return [d.backend for d in device[backend] if d.backend != backend]
+
+
+def _clearly_beaten(
+    decided: Verdict, backend: str, winner: str | None, objective: str, tolerance: float
+) -> bool:
+    """Whether the winner's prediction beats `backend`'s by more than `tolerance` (both predicted, harm
+    and failures counted): then measuring `backend` with the request is not free, whatever it holds. A
+    one-Spark pair's throttled engine, holding the device with a 4-user round of 8k-token prompts its
+    cell had not yet 5 answers of, took the round's next requests at a third of the pace its idle
+    neighbour was predicted at."""
+    if winner is None or winner == backend:
+        return False
+    mine, best = decided.costs.get(backend), decided.costs.get(winner)
+    if mine is None or best is None:
+        return False
+    if objective == "tokens_per_second":
+        return best > mine * (1.0 + tolerance)
+    return best * (1.0 + tolerance) < mine

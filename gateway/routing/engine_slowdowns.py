@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.records import Progress
+from gateway.records import Progress, Sample
 from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
+from gateway.routing.slow_episodes import Episode, next_episode
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, live_ratios
 
 # A backend's requests in flight as far as each has gone (stats/progress.py).
@@ -28,6 +29,7 @@ class EngineSlowdowns:
         self._paces: dict[tuple[str, str], tuple[int, DecodePace]] = {}  # cell -> (its version, pace)
         self._profiles: dict[str, dict[str, None]] = {}  # backend -> the profiles it was scored for
         self._slowed: dict[str, tuple[float, Slowdown]] = {}  # backend -> (when found, its slow-down)
+        self._episodes: dict[str, Episode] = {}  # backend -> its newest slow-down episode (slow_episodes.py)
 
     def sharing_paces(self) -> EngineSlowdowns:
         """Another book over the same paces and profiles, finding its own slow-downs (explain's preview
@@ -44,6 +46,32 @@ class EngineSlowdowns:
         """The slow-down found last for `backend` (in the decision under way, once `of` has run)."""
         known = self._slowed.get(backend)
         return known[1] if known is not None else None
+
+    def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
+        """`backend`'s slow-down beyond `tolerance` as of the decision under way, or else the newest one
+        seen within the last `within_s` seconds (None: neither). Once the fits have taken a slow-down in,
+        the engine's requests read on them, and its factor falls back to 1 though it never recovered:
+        the profiles it has not served since would follow the prefer order back to it, as fast as the
+        engine was (a throttled q475-dflash took a whole chat phase and the burst after it, every
+        request twice as long as on its neighbour). What is remembered is whether to trust the engine,
+        not how fast it is: the scaling of its predictions is the current reading's."""
+        latest = self.latest(backend)
+        if latest is not None and latest.beyond(tolerance):
+            return latest
+        episode = self._episodes.get(backend)
+        if episode is None or not episode.recent(self.windows.now(), within_s, tolerance):
+            return None
+        return episode.slowed
+
+    def remembered(self, backend: str, profile: str, at: float, within_s: float, tolerance: float) -> float:
+        """The factor by which `backend`'s cell of `profile` is slower than its fit says, by what is
+        remembered (slow_episodes.py): its newest episode's live factor, where that was seen within
+        `within_s` beyond `tolerance` and the cell holds nothing measured since it began; else 1."""
+        episode = self._episodes.get(backend)
+        if episode is None or not episode.recent(at, within_s, tolerance):
+            return 1.0
+        stale = episode.predates(profile, self.windows.samples(backend, profile, at))
+        return episode.slowed.live if stale else 1.0
 
     def view(self, backend: str) -> Progress:
         """`backend`'s requests in flight as this book reads them (none without a progress view)."""
@@ -98,7 +126,20 @@ class EngineSlowdowns:
     def _remember(self, backend: str, at: float, slowed: Slowdown) -> None:
         if backend not in self._slowed and len(self._slowed) >= self.windows.max_cells:
             del self._slowed[next(iter(self._slowed))]
+        previous = self._slowed.get(backend)
         self._slowed[backend] = (at, slowed)
+        if slowed.live <= 1.0:
+            return
+        newest = {p: self._newest(backend, p, at) for p in self._profiles.get(backend, ())}
+        episode = next_episode(self._episodes.get(backend), previous and previous[1], slowed, at, newest)
+        if episode is not None:
+            if backend not in self._episodes and len(self._episodes) >= self.windows.max_cells:
+                del self._episodes[next(iter(self._episodes))]
+            self._episodes[backend] = episode
+
+    def _newest(self, backend: str, profile: str, at: float) -> Sample | None:
+        samples = self.windows.samples(backend, profile, at)
+        return samples[-1] if samples else None
 
     def _pace(self, backend: str, profile: str, at: float) -> DecodePace:
         """The cell's decode pace over its finished streams, cached until its samples change."""

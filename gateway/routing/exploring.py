@@ -170,7 +170,10 @@ class Explorer:
         at: float,
     ) -> list[str]:
         """The backends short of min_samples for the profile that hold the device the winner would wake
-        (shared_device.holding), their explorations of it in flight aside: each request measures them."""
+        (shared_device.holding), their explorations of it in flight aside: each request measures them.
+        Not one seen slowed beyond the tolerance: waking the winner beside it is then the point, and a
+        request measuring it runs at its slowed pace (a throttled fp8-mtp holding a Spark with fifteen
+        took a 16-user round's next five requests this way, each twice as long as on fp8-base)."""
         since = at - self.max_age_s
 
         def exploring(name: str) -> int:  # sent within the window, less the samples back
@@ -182,6 +185,7 @@ class Explorer:
             if name != winner
             and cells[name].count < knobs.min_samples
             and holding(name, winner, device, exploring(name))
+            and self.slowdowns.suspect(name, knobs.refresh_s, knobs.tolerance) is None
         ]
 
     def refresh_stretch(self, backend: str, tolerance: float, device: Sequence[DeviceLoad]) -> float:

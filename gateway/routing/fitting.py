@@ -5,8 +5,9 @@
 c: the backend's own concurrency at dispatch; z: the share of the request's life during which another
 backend of its device had requests in flight (docs/measurement.md, section 5). b and g are clamped at >= 0
 (more load never makes a request faster: a negative coefficient is noise), a regressor that does not vary
-is left out, evaluation never goes below the lowest measured concurrency (no extrapolation towards idle)
-nor below the fastest value measured.
+is left out (the device share counts as varying only over MIN_SHARE_SPAN: the busy prediction is read at
+z = 1), evaluation never goes below the lowest measured concurrency (no extrapolation towards idle) nor
+below the fastest value measured.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ LoadPoint = tuple[float, float, float]  # (concurrency, device share, value)
 # Centring raw sums of squares leaves rounding noise where a regressor never varied: a centred sum below
 # this share of its raw sum is no variance at all.
 CANCELLATION = 1e-9
+# The span of device shares below which z counts as not varying: the busy prediction is taken at z = 1,
+# and a coefficient fitted over shares of 0 to 0.004 (requests that met a neighbour's last steps) carried
+# a few seconds of noise 250 times over: one TTFT fit predicted 1,888 s beside a busy neighbour, the next
+# sample's 9 s. Over a quarter of a request's life the carry is at most fourfold.
+MIN_SHARE_SPAN = 0.25
 # Two regressors whose determinant is below this share of the product of their variances move together:
 # fitting both would split one effect between them at random, so c is fitted alone.
 COLLINEAR = 1e-12
@@ -130,7 +136,7 @@ class LoadSums:
         n = self.n
         mc, mz, my = self.sc / n, self.sz / n, self.sy / n
         scc = _centred(self.rcc, n * mc * mc)
-        szz = _centred(self.rzz, n * mz * mz)
+        szz = _centred(self.rzz, n * mz * mz) if self.high_z - self.low_z >= MIN_SHARE_SPAN else 0.0
         scz, scy, szy = self.rcz - n * mc * mz, self.rcy - n * mc * my, self.rzy - n * mz * my
         b = g = 0.0
         det = scc * szz - scz * scz

@@ -6,6 +6,12 @@ one borrowed where that says more than a few answers do (docs/measurement.md, se
   on it most, times how much slower it decodes than that peer where both measured (`ModelChoice.relative`,
   peers.decode_ratio): its own fit knows only the loads and prompts it happened to serve. For a ttft or e2e
   profile only beside a peer seen slowed (the ratio is of decode paces, a rough guess for a prefill).
+- Beside a neighbour seen slowed beyond the tolerance and no such ratio known, the neighbour's model as it
+  was before its slow-down (`before_slowdown`): not measured is not slower than the engine the traffic
+  leaves was while healthy. With no prediction at all, a backend ranks below every backend that has one,
+  the throttled engine included, and beside it holds no claim on the device: a one-Spark pair whose
+  favoured engine throttled 2.5x into a 16-user round sent that round's next five requests to it, each
+  running 2x longer, while the other engine's first decode probes came back.
 - Else a `tokens_per_second` profile borrows the backend's all-profile model: decode speed at a load is
   the engine's, whatever the prompt. A ttft or e2e objective depends on the profile's prompts, and waits
   for its own samples.
@@ -17,9 +23,10 @@ so each profile's cell of a throttled engine reads slower, not only the ones it 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot
 from gateway.routing.cells import CellModel, CellView, ModelCache, Windows
 from gateway.routing.context import RouteContext
@@ -57,8 +64,10 @@ class ModelChoice:
     slowdowns: EngineSlowdowns
     counts: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
 
-    def cell(self, backend: str, profile: str, at: float) -> CellView:
-        """The (backend, profile) cell: its model, slowed as its engine is now, and its counts."""
+    def cell(self, backend: str, profile: str, at: float, memory: Adaptive | None = None) -> CellView:
+        """The (backend, profile) cell: its model, slowed as its engine is now, and its counts. With the
+        policy's knobs (`memory`), a cell measured only before the engine's newest slow-down, seen within
+        the refresh bound, is slowed by that one where it says more (EngineSlowdowns.remembered)."""
         key = (backend, profile)
         version = self.windows.version(backend, profile, at)
         model = self.cache.get(self.windows, backend, profile, at)
@@ -69,8 +78,11 @@ class ModelChoice:
             if key not in self.counts and len(self.counts) >= self.windows.max_cells:
                 del self.counts[next(iter(self.counts))]
             self.counts[key] = cached
-        slowed = self.slowdowns.of(backend, profile, at)
-        return CellView(scaled(model, slowed.for_cell(model)), cached[1], cached[2])
+        factor = self.slowdowns.of(backend, profile, at).for_cell(model)
+        if memory is not None:
+            remembered = self.slowdowns.remembered(backend, profile, at, memory.refresh_s, memory.tolerance)
+            factor = max(factor, remembered)
+        return CellView(scaled(model, factor), cached[1], cached[2])
 
     def engine(self, backend: str, at: float) -> CellModel:
         """The backend's all-profile model, slowed as its engine is now."""
@@ -79,7 +91,7 @@ class ModelChoice:
         return engine if slowed is None else scaled(engine, slowed.for_cell(engine))
 
     def choose(
-        self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], shared: bool
+        self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], neighbours: Sequence[str]
     ) -> Chosen:
         """The cell's model, or for a profile still under min_samples: on a `shared` device, the profile's
         model on the peer measured on it most, times how much slower this backend decodes (`relative`);
@@ -95,18 +107,47 @@ class ModelChoice:
         h100-inverted (a device each), where the speculative engine's deficit grows from 10 % at one user
         to 55 % at sixteen, a ratio read at the loads both had measured sent it more of the 16-user phase
         than the carried fit did (671 -> 663 tok/s). Returned with a note of where a borrowed model came
-        from, for the prediction's why (None: the backend's own)."""
+        from, for the prediction's why (None: the backend's own). `neighbours`: the other backends of its
+        device (none: a device of its own)."""
         cell = cells[b.name]
         min_samples = ctx.adaptive.min_samples
         if cell.model.samples >= min_samples:
             return cell.model, None
         decode = ctx.profile.objective == "tokens_per_second"
-        if shared and (relative := self.relative(ctx, b, cells, beside_slowed=not decode)) is not None:
+        if neighbours and (relative := self.relative(ctx, b, cells, beside_slowed=not decode)) is not None:
             return relative
+        if neighbours and (healthy := self.before_slowdown(ctx, cells, neighbours)) is not None:
+            return healthy
         if not decode:
             return cell.model, None
         engine = self.engine(b.name, self.windows.now())
         return (engine, None) if engine.samples >= min_samples else (cell.model, None)
+
+    def before_slowdown(
+        self, ctx: RouteContext, cells: Mapping[str, CellView], neighbours: Sequence[str]
+    ) -> Chosen | None:
+        """The model of the neighbour seen slowed the most beyond the tolerance, as it predicted that
+        engine before the slow-down (unscaled: its cell's own, or for tokens_per_second its all-profile
+        model while the cell is short), with a note; None when no neighbour is slowed so, or none has a
+        model of min_samples. A neighbour's request costs contention that model never saw: the
+        shared-device rules price that from the device's loads, as for any backend."""
+        at, min_samples = self.windows.now(), ctx.adaptive.min_samples
+        found = []
+        knobs = ctx.adaptive
+        for name in neighbours:
+            slowed = self.slowdowns.suspect(name, knobs.refresh_s, knobs.tolerance)
+            if name not in cells or slowed is None:
+                continue
+            model = self.cache.get(self.windows, name, ctx.profile.name, at)
+            if model.samples < min_samples and ctx.profile.objective == "tokens_per_second":
+                model = self.cache.backend(self.windows, name, at)
+            if model.samples >= min_samples:
+                found.append((slowed.factor, name, model))
+        if not found:
+            return None
+        factor, peer, model = max(found, key=lambda f: (f[0], f[1]))
+        note = f"not measured on this profile: {peer}'s model before it slowed {factor:.2g}x"
+        return model, note
 
     def relative(
         self,
@@ -127,8 +168,8 @@ class ModelChoice:
         if not measured:
             return None
         peer = max(measured)[1]
-        slowed = self.slowdowns.latest(peer)
-        if beside_slowed and (slowed is None or not slowed.beyond(ctx.adaptive.tolerance)):
+        knobs = ctx.adaptive
+        if beside_slowed and self.slowdowns.suspect(peer, knobs.refresh_s, knobs.tolerance) is None:
             return None
         at = self.windows.now()
         theirs = set(self.slowdowns.profiles(peer))

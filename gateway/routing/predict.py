@@ -164,7 +164,9 @@ def predict_with_model(
     ttft = model.ttft.at(c, device_busy) + penalty if model.ttft else None
     # The part of TTFT that load adds (queueing, prefill behind others), not the prompt's own prefill.
     wait = ttft - model.ttft.at(model.ttft.low_c, device_busy) if model.ttft and ttft is not None else 0.0
-    prefill = _longer_prompt(model, prompt_tokens) if ttft is not None else 0.0
+    me = next((d for d in device if d.backend == backend), None)
+    engine = me.model if me is not None else None
+    prefill = _longer_prompt(model, prompt_tokens, engine) if ttft is not None else 0.0
     if ttft is not None:
         ttft += prefill
     tpot_fit = model.tpot_for(repetition, cfg.min_samples)
@@ -174,7 +176,6 @@ def predict_with_model(
     extension = 0.0
     if tpot is not None and device:
         duration = (ttft or 0.0) + out * tpot
-        me = next((d for d in device if d.backend == backend), None)
         extension = duration if me is None else busy_extension(me, duration)
         harms = device_harm(backend, duration, device, cfg.min_samples)
     harm = sum(harms.values())
@@ -224,14 +225,29 @@ def blended(alone: Prediction, busy: Prediction, share: float) -> Prediction:
     return replace(alone, ttft=mix(alone.ttft, busy.ttft), tpot=mix(alone.tpot, busy.tpot), value=value)
 
 
-def _longer_prompt(model: CellModel, prompt_tokens: int | None) -> float:
-    """Seconds of prefill a prompt longer than any the cell measured adds to its TTFT fit: the cell's
-    TTFT at its lowest load, over its mean prompt, per token beyond its longest (prefill grows with the
-    prompt; a fit measured on short prompts says nothing of a long one's). 0 within the measured range."""
-    longest, mean = model.max_prompt_tokens, model.mean_prompt_tokens
+def _longer_prompt(model: CellModel, prompt_tokens: int | None, engine: CellModel | None = None) -> float:
+    """Seconds of prefill a prompt longer than any the cell measured adds to its TTFT fit: per token
+    beyond its longest, the cell's TTFT at its lowest load over its mean prompt (prefill grows with the
+    prompt; a fit measured on short prompts says nothing of a long one's), or the same ratio of the
+    engine's all-profile model (`engine`) where that is smaller. 0 within the measured range.
+
+    Either ratio over-counts prefill per token by the fixed part of a TTFT (a scheduler step, the steps
+    of a busy batch it waits behind), the more so the shorter the prompts: decode probes' 19-token
+    prompts beside a busy neighbour gave 13 ms a token, and a 2k-token request was predicted 25 s of
+    prefill on an engine whose 8k-token prompts took under 2 s. The smaller of the two bounds is the
+    closer one."""
+    longest = model.max_prompt_tokens
     if model.ttft is None or not prompt_tokens or longest <= 0 or prompt_tokens <= longest:
         return 0.0
-    return model.ttft.at(model.ttft.low_c) * (prompt_tokens - longest) / mean
+    rates = [_prefill_bound(m) for m in (model, engine) if m is not None]
+    return min(r for r in rates if r is not None) * (prompt_tokens - longest)
+
+
+def _prefill_bound(model: CellModel) -> float | None:
+    """Seconds per prompt token a model's TTFT at its lowest load allows at most (None: no TTFT fit)."""
+    if model.ttft is None or model.mean_prompt_tokens <= 0:
+        return None
+    return model.ttft.at(model.ttft.low_c) / model.mean_prompt_tokens
 
 
 def _describe(ttft: float | None, tpot: float | None) -> str:

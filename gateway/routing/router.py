@@ -72,7 +72,8 @@ def schedule(
     per_scorer = {s.name: a.scores for s, a in assessed}
     weights = {s.name: w for s, w in scorers}
     ranked = pick(per_scorer, weights, [b.name for b in survivors])
-    order, spilled = _spilled(ctx, [name for name, _ in ranked], survivors)
+    priced = frozenset().union(*(a.priced for _, a in assessed))
+    order, spilled = _spilled(ctx, [name for name, _ in ranked], survivors, priced)
     totals = dict(ranked)
     waiting = {b.name for b in later}
     fallback = pick(per_scorer, weights, [b.name for b in backends if b.name in waiting])
@@ -101,10 +102,17 @@ def schedule(
 
 
 def _spilled(
-    ctx: RouteContext, ranked: Sequence[str], survivors: Sequence[BackendSnapshot]
+    ctx: RouteContext,
+    ranked: Sequence[str],
+    survivors: Sequence[BackendSnapshot],
+    priced: frozenset[str] = frozenset(),
 ) -> tuple[tuple[str, ...], Spill | None]:
-    """The ranking after overload spill (routing/spill.py), unless the profile forbids it."""
-    if not ctx.profile.spill:
+    """The ranking after overload spill (routing/spill.py), unless the profile forbids it or the first
+    backend's score already priced the queue there (`priced`: an adaptive prediction counts the
+    engine's waiting requests and its sequence limit, and ranked it first with them). Spilling from it
+    would overrule that price with a cruder one: a one-Spark pair's throttled engine, predicted at half
+    the other's pace, took three requests because two waited a step on the other."""
+    if not ctx.profile.spill or (ranked and ranked[0] in priced):
         return tuple(ranked), None
     return spill(ranked, {b.name: b for b in survivors})
 

@@ -43,6 +43,9 @@ class Assessment:
 
     scores: dict[str, float]  # every candidate, now and once back
     exploration: ExplorationPlan | None = None  # what booking the request would do (adaptive scoring)
+    # The candidates whose score already prices the queue a request would join there (an adaptive
+    # prediction counts the engine's waiting requests and its sequence limit): not spilled from.
+    priced: frozenset[str] = frozenset()
 
 
 class CandidateScorer(Protocol):

@@ -12,7 +12,9 @@ best backend with room takes the request, and the saturated ones stay behind it 
 When every ranked backend is saturated, the request joins the shortest queue relative to what the
 backend runs at once (queued / running: how many of its own batches a new request waits behind), ties in
 ranking order: a preference decides between equals, never between a queue of 4 and a queue of 200.
-Scores are untouched, so a profile that forbids spilling (`spill: false`) gets the plain ranking.
+Scores are untouched, so a profile that forbids spilling (`spill: false`) gets the plain ranking. Nor is
+a ranking spilled whose first backend an adaptive prediction put there with its queue priced in (the
+engine's waiting requests, its sequence limit: router._spilled): that price is the finer one.
 """
 
 from __future__ import annotations
