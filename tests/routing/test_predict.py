@@ -11,6 +11,7 @@ from gateway.backends.engine_metrics import EngineMetrics
 from gateway.backends.scraper import ScrapeResult, hint_from_scrape
 from gateway.records import EngineHint, Sample
 from gateway.routing.cells import ModelCache, build_model
+from gateway.routing.harm import DeviceLoad
 from gateway.routing.predict import predict, predict_with_model, rank
 from gateway.stats.live import LiveRecorder
 
@@ -184,3 +185,18 @@ def test_a_prompt_longer_than_any_measured_adds_its_prefill_and_one_within_them_
 
     assert best(2048) == "short"  # the long-prompt engine's TTFT was measured on its own long prompts
     assert best(8192) == "long"
+
+
+def test_a_prompt_beyond_a_cell_of_short_prompts_is_prefilled_at_the_engines_smaller_per_token_cost() -> None:
+    # Decode probes' 19-token prompts: 0.25 s each, 13 ms a token. The engine's other profiles measured
+    # 8k-token prompts in 1.6 s: 0.2 ms a token.
+    probes = build_model([replace(s, prompt_tokens=19) for s in cell((0.25, 0.0), (0.018, 0.0), range(1, 3))])
+    engine = build_model(
+        [replace(s, prompt_tokens=8192) for s in cell((1.6, 0.0), (0.018, 0.0), range(1, 3), seed=2)]
+    )
+    alone = predict_with_model("e", probes, inflight=0, objective="ttft", prompt_tokens=2000)
+    device = [DeviceLoad("e", 0, False, engine)]
+    beside = predict_with_model("e", probes, inflight=0, objective="ttft", prompt_tokens=2000, device=device)
+    assert alone.ttft is not None and beside.ttft is not None
+    assert alone.ttft > 20.0  # the cell's own bound: 1981 tokens at 13 ms
+    assert beside.ttft == pytest.approx(0.25 + 1981 * 1.6 / 8192, rel=0.1)

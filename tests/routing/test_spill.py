@@ -9,10 +9,13 @@ import pytest
 
 from gateway.commands.explain import render
 from gateway.policy.load import PolicyError, parse_policy
-from gateway.records import BackendSnapshot
+from gateway.policy.schema import Profile, Weights
+from gateway.records import BackendSnapshot, Features
 from gateway.routing.context import RouteContext
+from gateway.routing.filters import DEFAULT_FILTERS
 from gateway.routing.least_busy import LeastBusyRouter
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.router import FixedPolicy, PolicyRouter, schedule
+from gateway.routing.scorers import Assessment
 from gateway.routing.spill import saturation
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64}
@@ -118,6 +121,32 @@ def test_adaptive_ranking_spills_too() -> None:
     assert adaptive.route("chat", BODY, pool()).ranked[0] == "fp8-mtp"
     decision = adaptive.route("chat", BODY, pool({"inflight": 1, "engine_waiting": 2.0}))
     assert decision.ranked == ("fp8-base", "fp8-mtp") and decision.spill is not None
+
+
+class PricedFavoursMtp:
+    """A scorer that ranks fp8-mtp first and says which of its scores priced the queue in."""
+
+    name = "objective"
+
+    def __init__(self, priced: frozenset[str]) -> None:
+        self.priced = priced
+
+    def assess(
+        self, ctx: RouteContext, now: Sequence[BackendSnapshot], later: Sequence[BackendSnapshot]
+    ) -> Assessment:
+        scores = {b.name: 1.0 if b.name == "fp8-mtp" else 0.5 for b in [*now, *later]}
+        return Assessment(scores, priced=self.priced)
+
+
+def test_a_first_backend_whose_score_priced_its_queue_is_not_spilled_from() -> None:
+    ctx = RouteContext(Features("m", "chat", 10, 64), Profile(name="default"), "adaptive", Weights())
+    saturated = pool({"inflight": 1, "engine_waiting": 2.0})
+    priced = schedule(ctx, saturated, DEFAULT_FILTERS, [(PricedFavoursMtp(frozenset({"fp8-mtp"})), 1.0)])
+    assert priced.ranked == ("fp8-mtp", "fp8-base") and priced.spill is None
+    unpriced = schedule(ctx, saturated, DEFAULT_FILTERS, [(PricedFavoursMtp(frozenset()), 1.0)])
+    assert unpriced.ranked == ("fp8-base", "fp8-mtp") and unpriced.spill is not None
+    others = schedule(ctx, saturated, DEFAULT_FILTERS, [(PricedFavoursMtp(frozenset({"fp8-base"})), 1.0)])
+    assert others.ranked == ("fp8-base", "fp8-mtp")
 
 
 def test_explain_says_it_spilled() -> None:

@@ -1,0 +1,44 @@
+"""Exploration plans (routing/exploring.py): which backends short of samples hold the device the winner
+would wake, and so are measured by the request itself."""
+
+from __future__ import annotations
+
+from gateway.policy.schema import Adaptive
+from gateway.records import Sample
+from gateway.routing.cells import CellModel, CellView, build_model
+from gateway.routing.exploring import Explorer
+from gateway.routing.harm import DeviceLoad
+from gateway.routing.pacing import ExplorationLedger
+from gateway.routing.slowdown import Slowdown
+
+MEASURED = build_model(
+    [Sample(e2e=2.0, ttft=0.2, output_tokens=100, prompt_tokens=500, concurrency=1 + i % 4) for i in range(8)]
+)
+
+
+class SeenSlowed:
+    """Slow-downs as the explorer reads them: the backends named were seen slowed 2.5x."""
+
+    def __init__(self, *slowed: str) -> None:
+        self.slowed = set(slowed)
+
+    def latest(self, backend: str) -> Slowdown | None:
+        return Slowdown(live=2.5, evidence=6, slow=6) if backend in self.slowed else None
+
+    def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
+        found = self.latest(backend)
+        return found if found is not None and found.beyond(tolerance) else None
+
+
+def held(explorer: Explorer) -> list[str]:
+    """What holds the device of the idle winner `w`: `h`, short of samples, runs three requests."""
+    cells = {"w": CellView(MEASURED, 8, 0), "h": CellView(CellModel(2, None, None, 2.0, 100.0, "1"), 2, 0)}
+    loads = [DeviceLoad("w", 0, True, MEASURED), DeviceLoad("h", 3, False, MEASURED)]
+    return explorer.held("chat", Adaptive(), cells, "w", {"w": loads, "h": loads}, at=1000.0)
+
+
+def test_a_holder_short_of_samples_is_explored_unless_its_engine_is_seen_slowed() -> None:
+    ledger = ExplorationLedger(max_cells=64)
+    assert held(Explorer(ledger, SeenSlowed(), 600.0)) == ["h"]  # type: ignore[arg-type]
+    assert held(Explorer(ledger, SeenSlowed("w"), 600.0)) == ["h"]  # type: ignore[arg-type]
+    assert held(Explorer(ledger, SeenSlowed("h"), 600.0)) == []  # type: ignore[arg-type]

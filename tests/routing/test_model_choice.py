@@ -1,0 +1,46 @@
+"""Which model predicts a backend (routing/model_choice.py): beside a neighbour seen slowed, one not yet
+measured on the profile borrows that neighbour's model as it was before the slow-down."""
+
+from __future__ import annotations
+
+from gateway.policy.schema import Profile, Weights
+from gateway.records import BackendSnapshot, Features, Sample
+from gateway.routing.cells import CellView, ModelCache, build_model
+from gateway.routing.context import RouteContext
+from gateway.routing.model_choice import ModelChoice
+from gateway.routing.slowdown import Slowdown, scaled
+from gateway.stats.live import LiveRecorder
+
+HEALTHY = [
+    Sample(e2e=0.2 + 99 * 0.02, ttft=0.2, output_tokens=100, prompt_tokens=500, concurrency=1 + i % 4)
+    for i in range(8)
+]
+SLOWED = Slowdown(live=3.0, evidence=6, slow=6)
+
+
+class XSlowed:
+    """Slow-downs as the model choice reads them: x seen slowed 3x, no profile known of either backend."""
+
+    def latest(self, backend: str) -> Slowdown | None:
+        return SLOWED if backend == "x" else None
+
+    def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
+        return self.latest(backend)
+
+    def profiles(self, backend: str) -> list[str]:
+        return []
+
+
+def test_beside_a_slowed_neighbour_an_unmeasured_backend_takes_its_model_from_before_the_slow_down() -> None:
+    windows = LiveRecorder(clock=lambda: 1_000_000.0)
+    for sample in HEALTHY:
+        windows.record("x", "chat", sample)
+    choice = ModelChoice(windows, ModelCache(), XSlowed())  # type: ignore[arg-type]
+    ctx = RouteContext(Features("m", "chat", 500, 100), Profile(name="chat"), "adaptive", Weights())
+    own = build_model(HEALTHY)
+    cells = {"x": CellView(scaled(own, SLOWED.factor), 8, 0), "y": CellView(build_model([]), 0, 0)}
+    model, note = choice.choose(ctx, BackendSnapshot("y"), cells, ["x"])
+    assert model == own  # unscaled: the engine as it was
+    assert note is not None and "x's model before it slowed 3x" in note
+    alone, none = choice.choose(ctx, BackendSnapshot("y"), cells, [])
+    assert alone is cells["y"].model and none is None

@@ -1,0 +1,63 @@
+"""Slow-down episodes (routing/slow_episodes.py): how long an engine stays suspect after its live reading
+lapses, which cells were measured mostly before it slowed, and how one reading follows another."""
+
+from __future__ import annotations
+
+from gateway.records import Sample
+from gateway.routing.slow_episodes import Episode, next_episode
+from gateway.routing.slowdown import Slowdown
+
+SLOWED = Slowdown(live=2.5, evidence=6, slow=6)
+
+
+def answers(n: int) -> list[Sample]:
+    """`n` answers alike in every field: only which object is which tells them apart."""
+    return [Sample(e2e=2.0, ttft=0.2, output_tokens=100, prompt_tokens=500, concurrency=1) for _ in range(n)]
+
+
+def test_an_episode_is_recent_within_the_bound_and_only_while_slowed_beyond_the_tolerance() -> None:
+    episode = Episode(started=100.0, seen=100.0, slowed=SLOWED, newest={})
+    assert episode.recent(160.0, within_s=60.0, tolerance=0.25)
+    assert not episode.recent(160.5, within_s=60.0, tolerance=0.25)
+    mild = Episode(started=100.0, seen=100.0, slowed=Slowdown(live=1.2), newest={})
+    assert not mild.recent(100.0, within_s=60.0, tolerance=0.25)
+
+
+def test_a_cell_predates_the_episode_when_most_of_its_samples_are_from_before_it() -> None:
+    samples = answers(5)
+    assert Episode(0.0, 0.0, SLOWED, {"chat": samples[2]}).predates("chat", samples)  # 3 of 5 before
+    # 2 of 5 before: the mark is that very sample, not the newest one equal to it.
+    assert not Episode(0.0, 0.0, SLOWED, {"chat": samples[1]}).predates("chat", samples)
+    assert not Episode(0.0, 0.0, SLOWED, {"chat": samples[2]}).predates("chat", [*samples, *answers(2)])
+
+
+def test_a_profile_unknown_when_the_episode_began_is_not_presumed_stale() -> None:
+    samples = answers(5)
+    episode = Episode(0.0, 0.0, SLOWED, {"chat": None, "code": samples[-1]})
+    assert not episode.predates("chat", samples)
+    assert not episode.predates("edit", samples)
+    assert episode.predates("code", samples)
+
+
+def test_a_reading_without_a_live_factor_changes_nothing() -> None:
+    episode = Episode(10.0, 20.0, SLOWED, {})
+    assert next_episode(episode, SLOWED, Slowdown(live=1.0, shift=3.0), 30.0, {}) is episode
+    assert next_episode(None, None, Slowdown(), 30.0, {}) is None
+
+
+def test_the_first_slowed_reading_and_one_after_a_healthy_reading_start_an_episode() -> None:
+    mark = answers(1)[0]
+    first = next_episode(None, None, SLOWED, 10.0, {"chat": mark})
+    assert first == Episode(10.0, 10.0, SLOWED, {"chat": mark})
+    again = next_episode(first, Slowdown(live=1.0), SLOWED, 50.0, {"chat": None})
+    assert again == Episode(50.0, 50.0, SLOWED, {"chat": None})
+
+
+def test_a_slowed_reading_after_a_slowed_one_extends_the_episode() -> None:
+    mark = answers(1)[0]
+    episode = Episode(10.0, 10.0, SLOWED, {"chat": mark})
+    slower = Slowdown(live=3.0, evidence=8, slow=8)
+    extended = next_episode(episode, SLOWED, slower, 40.0, {"chat": None})
+    assert extended is not None
+    assert (extended.started, extended.seen, extended.slowed) == (10.0, 40.0, slower)
+    assert extended.newest == {"chat": mark}
