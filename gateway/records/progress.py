@@ -23,6 +23,10 @@ class InFlight:
     first_content_s: float | None = None  # dispatch -> first content; None: no content yet
     frames: int = 0  # content frames relayed so far
     recent_itl_s: float | None = None  # median gap between its newest content frames; None: fewer than two
+    # Median gap of its content frames early on, clear of its first steps (stats/progress.early_gaps; None:
+    # too few frames yet for that window and the newest gaps not to overlap): its pace before any change
+    # that came while it ran.
+    early_itl_s: float | None = None
     # Share of the span of those newest gaps during which another backend of its device was busy: what
     # they were served beside (None: no gaps yet). A neighbour busy only lately slows the newest gaps, not
     # the whole request's share; read against `device_share` they would look like a slow-down.

@@ -5,7 +5,7 @@ reads are refitted only when a cell's samples change. Bounded like the windows."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gateway.records import Progress, Sample
 from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
@@ -63,14 +63,22 @@ class EngineSlowdowns:
             return None
         return episode.slowed
 
-    def remembered(self, backend: str, profile: str, at: float, within_s: float, tolerance: float) -> float:
-        """The factor by which `backend`'s cell of `profile` is slower than its fit says, by what is
-        remembered (slow_episodes.py): its newest episode's live factor, where that was seen within
-        `within_s` beyond `tolerance` and the cell holds nothing measured since it began; else 1."""
+    def remembered(
+        self, backend: str, profile: str | None, at: float, within_s: float, tolerance: float
+    ) -> float:
+        """The factor by which `backend`'s cell of `profile` (None: its all-profile model) is slower than
+        its fit says, by what is remembered (slow_episodes.py): its newest episode's live factor, where
+        that was seen within `within_s` beyond `tolerance` and the cell was measured mostly before it
+        began; else 1."""
         episode = self._episodes.get(backend)
         if episode is None or not episode.recent(at, within_s, tolerance):
             return 1.0
-        stale = episode.predates(profile, self.windows.samples(backend, profile, at))
+        samples = (
+            self.windows.backend_samples(backend, at)
+            if profile is None
+            else self.windows.samples(backend, profile, at)
+        )
+        stale = episode.predates(profile, samples)
         return episode.slowed.live if stale else 1.0
 
     def view(self, backend: str) -> Progress:
@@ -130,15 +138,18 @@ class EngineSlowdowns:
         self._slowed[backend] = (at, slowed)
         if slowed.live <= 1.0:
             return
-        newest = {p: self._newest(backend, p, at) for p in self._profiles.get(backend, ())}
+        newest: dict[str | None, Sample | None] = {
+            p: self._newest(self.windows.samples(backend, p, at)) for p in self._profiles.get(backend, ())
+        }
+        newest[None] = self._newest(self.windows.backend_samples(backend, at))  # the all-profile model
         episode = next_episode(self._episodes.get(backend), previous and previous[1], slowed, at, newest)
         if episode is not None:
             if backend not in self._episodes and len(self._episodes) >= self.windows.max_cells:
                 del self._episodes[next(iter(self._episodes))]
             self._episodes[backend] = episode
 
-    def _newest(self, backend: str, profile: str, at: float) -> Sample | None:
-        samples = self.windows.samples(backend, profile, at)
+    @staticmethod
+    def _newest(samples: Sequence[Sample]) -> Sample | None:
         return samples[-1] if samples else None
 
     def _pace(self, backend: str, profile: str, at: float) -> DecodePace:

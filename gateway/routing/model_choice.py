@@ -84,11 +84,16 @@ class ModelChoice:
             factor = max(factor, remembered)
         return CellView(scaled(model, factor), cached[1], cached[2])
 
-    def engine(self, backend: str, at: float) -> CellModel:
-        """The backend's all-profile model, slowed as its engine is now."""
+    def engine(self, backend: str, at: float, memory: Adaptive | None = None) -> CellModel:
+        """The backend's all-profile model, slowed as its engine is now (and, with the policy's knobs, as
+        remembered where most of its samples predate its newest slow-down, as `cell`)."""
         engine = self.cache.backend(self.windows, backend, at)
         slowed = self.slowdowns.latest(backend)
-        return engine if slowed is None else scaled(engine, slowed.for_cell(engine))
+        factor = 1.0 if slowed is None else slowed.for_cell(engine)
+        if memory is not None:
+            remembered = self.slowdowns.remembered(backend, None, at, memory.refresh_s, memory.tolerance)
+            factor = max(factor, remembered)
+        return scaled(engine, factor)
 
     def choose(
         self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], neighbours: Sequence[str]
@@ -120,7 +125,7 @@ class ModelChoice:
             return healthy
         if not decode:
             return cell.model, None
-        engine = self.engine(b.name, self.windows.now())
+        engine = self.engine(b.name, self.windows.now(), ctx.adaptive)
         return (engine, None) if engine.samples >= min_samples else (cell.model, None)
 
     def before_slowdown(

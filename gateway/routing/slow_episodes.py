@@ -27,14 +27,15 @@ class Episode:
     started: float  # the windows' clock at its first reading
     seen: float  # ... at its newest reading with a live factor above 1
     slowed: Slowdown  # that reading
-    # Per profile the engine was scored for when it began, its newest sample then (None: it had none).
-    newest: Mapping[str, Sample | None]
+    # Per profile the engine was scored for when it began (None: its all-profile model), its newest
+    # sample then (None: it had none).
+    newest: Mapping[str | None, Sample | None]
 
     def recent(self, now: float, within_s: float, tolerance: float) -> bool:
         """Whether it was seen within `within_s` seconds, slowed beyond `tolerance`."""
         return now - self.seen <= within_s and self.slowed.beyond(tolerance)
 
-    def predates(self, profile: str, samples: Sequence[Sample]) -> bool:
+    def predates(self, profile: str | None, samples: Sequence[Sample]) -> bool:
         """Whether the cell of `profile` (its `samples`, oldest first) was mostly measured before it
         began: more than half its samples are from then, so its fit is mostly the healthy engine's (a
         few answers since, at loads its old ones never met, move it little). A profile unknown then is
@@ -51,7 +52,7 @@ def next_episode(
     previous: Slowdown | None,
     slowed: Slowdown,
     at: float,
-    newest: Mapping[str, Sample | None],
+    newest: Mapping[str | None, Sample | None],
 ) -> Episode | None:
     """The episode after a reading `slowed` at `at` (`previous`: the reading before it, `newest`: each
     profile's newest sample now, for a new episode's start). A reading without a live factor changes

@@ -294,6 +294,10 @@ def live_ratios(
     for r in progress.requests:
         model = cell(r.profile)
         if model is None or model.samples < min_samples:
+            # No fit to read it on: its own pace still tells a change that came while it ran.
+            change = unmeasured_load_change(r, youngest) if r.recent_arrivals < MAX_ARRIVALS else None
+            if change is not None:
+                ratios.append(change)
             continue
         factor = shift if model.regime_run <= 0 else 1.0  # what the fits hold already
         # Not against the newest finished: four slowed streams at the top load, one short of a regime
@@ -324,13 +328,21 @@ def live_ratios(
     return ratios
 
 
-def pace_change(r: InFlight) -> float | None:
-    """A stream's newest gaps over its mean gap since its first content (None: not read at its pace yet,
-    MIN_FRAMES): about 1 at a steady pace, above after a slow-down that came while it ran."""
+def pace_change(r: InFlight, early: bool = False) -> float | None:
+    """A stream's newest gaps over its pace before them (None: not read at its pace yet, MIN_FRAMES):
+    about 1 at a steady pace, above after a slow-down that came while it ran. Its pace before is its
+    mean gap since its first content, or with `early` its early gaps' (InFlight.early_itl_s) where it
+    has them: the mean takes in the slowed gaps too and reads a change early in a long stream at a
+    fraction of it, while the early gaps are of the load then, so they serve only where nothing has
+    joined the backend since (`unmeasured_load_change`): read so for every stream under way,
+    spark-home-35b's long answers, sent one after another, read their own batch growing as a
+    slow-down."""
     if r.recent_itl_s is None or r.first_content_s is None or r.frames < MIN_FRAMES:
         return None
-    mean_gap = (r.elapsed_s - r.first_content_s) / (r.frames - 1)
-    return r.recent_itl_s / mean_gap if mean_gap > 0 else None
+    before = r.early_itl_s if early else None
+    if before is None:
+        before = (r.elapsed_s - r.first_content_s) / (r.frames - 1)
+    return r.recent_itl_s / before if before > 0 else None
 
 
 def unmeasured_load_change(r: InFlight, youngest_s: float) -> float | None:
@@ -344,7 +356,7 @@ def unmeasured_load_change(r: InFlight, youngest_s: float) -> float | None:
         return None
     if r.recent_share is not None and r.recent_share > r.device_share + SHARE_MARGIN:
         return None
-    return pace_change(r)
+    return pace_change(r, early=True)
 
 
 def queued_prompt_tokens(progress: Progress) -> dict[float, int]:
