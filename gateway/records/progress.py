@@ -23,7 +23,7 @@ class InFlight:
     first_content_s: float | None = None  # dispatch -> first content; None: no content yet
     frames: int = 0  # content frames relayed so far
     recent_itl_s: float | None = None  # median gap between its newest content frames; None: fewer than two
-    # Median gap of its content frames early on, clear of its first steps (stats/progress.early_gaps; None:
+    # Median gap of its content frames early on, clear of its first steps (stats/progress.early_gap; None:
     # too few frames yet for that window and the newest gaps not to overlap): its pace before any change
     # that came while it ran.
     early_itl_s: float | None = None

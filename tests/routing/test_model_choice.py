@@ -3,10 +3,13 @@ measured on the profile borrows that neighbour's model as it was before the slow
 
 from __future__ import annotations
 
-from gateway.policy.schema import Profile, Weights
+from dataclasses import replace
+
+from gateway.policy.schema import Adaptive, Profile, Weights
 from gateway.records import BackendSnapshot, Features, Sample
 from gateway.routing.cells import CellView, ModelCache, build_model
 from gateway.routing.context import RouteContext
+from gateway.routing.engine_slowdowns import EngineSlowdowns
 from gateway.routing.model_choice import ModelChoice
 from gateway.routing.slowdown import Slowdown, scaled
 from gateway.stats.live import LiveRecorder
@@ -44,3 +47,37 @@ def test_beside_a_slowed_neighbour_an_unmeasured_backend_takes_its_model_from_be
     assert note is not None and "x's model before it slowed 3x" in note
     alone, none = choice.choose(ctx, BackendSnapshot("y"), cells, [])
     assert alone is cells["y"].model and none is None
+
+
+def lapsed_x(windows: LiveRecorder) -> EngineSlowdowns:
+    """Slow-downs of `windows`' backends: x seen slowed 3x a second ago, its live reading since lapsed."""
+    slowdowns = EngineSlowdowns(windows, ModelCache(), None)
+    now = windows.now()
+    slowdowns.adopt("x", now - 1.0, SLOWED)
+    slowdowns.adopt("x", now, Slowdown())
+    return slowdowns
+
+
+def test_the_all_profile_model_is_slowed_as_remembered_while_most_of_it_predates_the_slow_down() -> None:
+    now = 1_000_000.0
+    windows = LiveRecorder(clock=lambda: now)
+    for sample in HEALTHY:
+        windows.record("x", "chat", sample, now=now - 10.0)
+    choice = ModelChoice(windows, ModelCache(), lapsed_x(windows))
+    engine = build_model(HEALTHY)
+    assert choice.engine("x", now) == engine  # the live reading alone: not slowed
+    assert choice.engine("x", now, Adaptive()) == scaled(engine, SLOWED.live)
+    # A tokens_per_second profile not yet measured borrows it so.
+    ctx = RouteContext(
+        Features("m", "edit", 500, 100),
+        Profile(name="edit", objective="tokens_per_second"),
+        "adaptive",
+        Weights(),
+    )
+    cells = {"x": CellView(build_model([]), 0, 0)}
+    model, note = choice.choose(ctx, BackendSnapshot("x"), cells, [])
+    assert model == scaled(engine, SLOWED.live) and note is None
+    # Measured mostly since: its own answers say how fast it is.
+    for sample in HEALTHY:
+        windows.record("x", "code", replace(sample), now=now)
+    assert choice.engine("x", now, Adaptive()) == build_model([*HEALTHY, *HEALTHY])

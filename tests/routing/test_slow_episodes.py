@@ -4,8 +4,11 @@ lapses, which cells were measured mostly before it slowed, and how one reading f
 from __future__ import annotations
 
 from gateway.records import Sample
+from gateway.routing.cells import ModelCache
+from gateway.routing.engine_slowdowns import EngineSlowdowns
 from gateway.routing.slow_episodes import Episode, next_episode
 from gateway.routing.slowdown import Slowdown
+from gateway.stats.live import LiveRecorder
 
 SLOWED = Slowdown(live=2.5, evidence=6, slow=6)
 
@@ -61,3 +64,23 @@ def test_a_slowed_reading_after_a_slowed_one_extends_the_episode() -> None:
     assert extended is not None
     assert (extended.started, extended.seen, extended.slowed) == (10.0, 40.0, slower)
     assert extended.newest == {"chat": mark}
+
+
+def test_the_all_profile_model_is_remembered_slowed_while_most_of_its_samples_predate_the_episode() -> None:
+    windows = LiveRecorder(clock=lambda: 1_000.0)
+    before = answers(6)
+    for i, sample in enumerate(before):  # two profiles: the all-profile model takes them together
+        windows.record("x", "chat" if i % 2 else "code", sample, now=900.0 + i)
+    slowdowns = EngineSlowdowns(windows, ModelCache(), None)
+    slowdowns.adopt("x", 910.0, SLOWED)  # the episode begins
+    slowdowns.adopt("x", 920.0, Slowdown())  # the live reading lapses: the fits took it in
+    assert slowdowns.remembered("x", None, 930.0, within_s=60.0, tolerance=0.25) == SLOWED.live
+    # Seen longer ago than the bound: no longer remembered.
+    assert slowdowns.remembered("x", None, 971.0, within_s=60.0, tolerance=0.25) == 1.0
+    # Answers since, of either profile: still remembered while they are fewer than those before...
+    for i, sample in enumerate(answers(5)):
+        windows.record("x", "edit" if i % 2 else "chat", sample, now=921.0 + i)
+    assert slowdowns.remembered("x", None, 930.0, within_s=60.0, tolerance=0.25) == SLOWED.live
+    # ...and no more once half its samples are from since.
+    windows.record("x", "code", answers(1)[0], now=926.0)
+    assert slowdowns.remembered("x", None, 930.0, within_s=60.0, tolerance=0.25) == 1.0

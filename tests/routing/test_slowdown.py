@@ -12,11 +12,15 @@ from gateway.routing.cells import CellModel, build_model
 from gateway.routing.regime import expect
 from gateway.routing.slowdown import (
     MAX_ARRIVALS,
+    MIN_FRAMES,
     DecodePace,
     Slowdown,
     decode_pace,
     engine_slowdown,
+    live_ratios,
+    pace_change,
     scaled,
+    unmeasured_load_change,
 )
 
 
@@ -258,3 +262,63 @@ def test_the_pace_of_a_finished_stream_is_its_trimmed_gap_not_its_mean() -> None
     assert decode_pace(samples + slowed).shift > 2.0  # a slower step is still a slow-down
     means_only = [replace(s, trimmed_itl=None) for s in stalled]  # samples restored from an older snapshot
     assert decode_pace(samples + means_only).shift > 2.0
+
+
+def throttled_after_early(early: float | None = 0.06, n: int = 1) -> list[InFlight]:
+    """Streams whose first 32 gaps were 60 ms and the next 32 120 ms (their engine throttled 2x under way):
+    their mean gap since their first content, 90 ms, is between the two; `early` their early pace as the
+    progress book reads it (None: not known)."""
+    frames = 65
+    elapsed = 0.2 + 32 * 0.06 + 32 * 0.12
+    return [
+        InFlight(
+            "chat",
+            12,
+            True,
+            elapsed,
+            first_content_s=0.2,
+            frames=frames,
+            recent_itl_s=0.12,
+            early_itl_s=early,
+        )
+        for _ in range(n)
+    ]
+
+
+def test_a_stream_whose_pace_changed_under_way_reads_it_against_its_early_gaps_where_asked() -> None:
+    (r,) = throttled_after_early()
+    assert pace_change(r, early=True) == pytest.approx(2.0)
+    change = pace_change(r)
+    assert change is not None and change < 1.5  # the mean takes in the slowed gaps too
+    assert change == pytest.approx(0.12 / 0.09)
+    # Without an early pace known (too few frames for it), the mean serves either way.
+    (unknown,) = throttled_after_early(early=None)
+    assert pace_change(unknown, early=True) == pytest.approx(change)
+    assert pace_change(unknown) == pytest.approx(change)
+    # At a load never measured, with nothing joined since, it is read against its early pace.
+    assert unmeasured_load_change(r, youngest_s=r.elapsed_s) == pytest.approx(2.0)
+    assert unmeasured_load_change(unknown, youngest_s=r.elapsed_s) == pytest.approx(change)
+
+
+def test_a_stream_of_a_profile_not_yet_measured_still_gives_its_pace_change() -> None:
+    streams = throttled_under_way(6)  # 2.5x its own mean gap lately, nothing joined since
+    short = build_model(stream_samples(0.020, n=3))  # fewer than min_samples
+
+    def ratios(requests: list[InFlight], model: CellModel | None) -> list[float]:
+        progress = Progress(len(requests), tuple(requests))
+        return live_ratios(progress, lambda _: model, lambda _: DecodePace(), 1.0, min_samples=5)
+
+    assert ratios(streams, None) == pytest.approx([2.5] * 6)  # no cell at all
+    assert ratios(streams, short) == pytest.approx([2.5] * 6)
+    # Read against its early gaps, as at a load never measured.
+    assert ratios(throttled_after_early(n=5), None) == pytest.approx([2.0] * 5)
+    # Not yet read at its pace; a request sent since its content began; gaps served beside a wave of
+    # arrivals: nothing.
+    assert ratios([replace(r, frames=MIN_FRAMES - 1) for r in streams], None) == []
+    assert ratios([*streams, InFlight("chat", 13, True, 0.5)], None) == []
+    assert ratios([replace(r, recent_arrivals=MAX_ARRIVALS) for r in streams], short) == []
+    assert ratios([replace(r, recent_arrivals=MAX_ARRIVALS - 1) for r in streams], short) == pytest.approx(
+        [2.5] * 6
+    )
+    # So a backend serving a profile it has barely measured is seen slowed.
+    assert slowdown(stream_samples(0.020, n=3), streams) == pytest.approx(2.5)
