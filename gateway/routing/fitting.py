@@ -24,8 +24,10 @@ CANCELLATION = 1e-9
 # The span of device shares below which z counts as not varying: the busy prediction is taken at z = 1,
 # and a coefficient fitted over shares of 0 to 0.004 (requests that met a neighbour's last steps) carried
 # a few seconds of noise 250 times over: one TTFT fit predicted 1,888 s beside a busy neighbour, the next
-# sample's 9 s. Over a quarter of a request's life the carry is at most fourfold.
-MIN_SHARE_SPAN = 0.25
+# sample's 9 s. Over a tenth of a request's life the carry is at most tenfold. Measured beside a quarter:
+# that also left out shares a busy phase's requests really met, and spark-duo-35b's and spark-duo-flaky's
+# third rounds lost 2 % (docs/measurement.md, "Fleets not in the repo, second pass").
+MIN_SHARE_SPAN = 0.1
 # Two regressors whose determinant is below this share of the product of their variances move together:
 # fitting both would split one effect between them at random, so c is fitted alone.
 COLLINEAR = 1e-12
