@@ -40,9 +40,10 @@ Scores are then normalised across candidates:
 
 The prior is the policy's `prefer` order (the preference scorer's formula): with no predictions at all the
 scores *are* the prior, so a fresh gateway routes like the static policy and measurements take over cell by
-cell. An engine seen slower than its own fits by more than `tolerance` (routing/slowdown.py) is ranked after
-the others in the prior (verdict.demoted): the prefer order speaks of healthy engines, and a profile never
-measured would otherwise follow it onto a throttled one. `tolerance` keeps noise from flipping decisions: a
+cell. An engine seen slower than its own fits by more than `tolerance` (routing/slowdown.py), now or within
+`refresh_s` (routing/slow_episodes.py), is ranked after the others in the prior (verdict.demoted): the
+prefer order speaks of healthy engines, and a profile never measured would otherwise follow it onto a
+throttled one. `tolerance` keeps noise from flipping decisions: a
 5 % gap moves the score by 0.15, not by 1. A backend whose cell is still under min_samples may be predicted
 with a borrowed model (routing/model_choice.py: the peer's model times its decode ratio beside a neighbour,
 its all-profile fit for decode speed, each only where it measured the request's content). Still short, a

@@ -33,7 +33,9 @@ a single user's requests would otherwise go where the prefer order points, one i
 the faster engine. One short of min_samples that holds its device (requests in flight) while the winner
 shares the device idle is explored by the request, credit or not (shared_device.holding): sent to the
 winner, it would wake the device's second engine and slow every request of the first for its whole life;
-measuring the holder slows nobody.
+measuring the holder slows nobody. Not a holder seen slowed (EngineSlowdowns.suspect), nor one the winner's
+prediction beats by more than the tolerance (adaptive._clearly_beaten): then the request there costs more
+than waking the neighbour does.
 
 Never blind: the deferral lasts only up to a bound. Every candidate but the winner whose estimate for the
 profile is too old is due (`stale_cells`): a measured cell after `refresh_requests` requests of the profile
