@@ -1,9 +1,9 @@
 """Build llama-server from the llama.cpp source vendored by the llama-cpp-python sdist, once per machine.
 
 The binary is cached under ``$SPARK_GATEWAY_CACHE`` (default ``~/.cache/spark-gateway``) in a directory
-named for the sdist version and the CPU's feature flags (the build is ``GGML_NATIVE``, so a binary built
-on one CPU may not run on another). A lock file serialises concurrent builders: the second process waits
-and then reuses the first one's binary.
+named for the sdist version, the CPU's feature flags and the build's flags (the build is ``GGML_NATIVE``,
+so a binary built on one CPU may not run on another). A lock file serialises concurrent builders: the
+second process waits and then reuses the first one's binary.
 
 Run directly to build (or find) the binary and print its path and the build record::
 
@@ -48,6 +48,17 @@ CMAKE_FLAGS = (
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_OPENSSL=OFF",
 )
+# On x86, a native build on a CPU with AMX compiles ggml's AMX tile kernels, and a process whose kernel
+# or hypervisor has not granted it the AMX state faults on their first `ldtilecfg` (llama-server exited
+# with -11 at model load on such a machine). AVX-512 serves the test model as well.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def cmake_flags() -> tuple[str, ...]:
+    """CMAKE_FLAGS, with AMX left out of the native build on x86."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return CMAKE_FLAGS
+    return (*CMAKE_FLAGS, f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}")
 
 
 class BuildToolsMissing(RuntimeError):
@@ -77,7 +88,8 @@ def cpu_tag() -> str:
     except OSError:
         lines = []
     wanted = sorted({ln for ln in lines if ln.startswith(("flags", "model name"))})
-    text = platform.machine() + "\n" + "\n".join(wanted)
+    # The build's flags too: a binary built with other flags is another binary.
+    text = platform.machine() + "\n" + "\n".join(wanted) + "\n" + " ".join(cmake_flags())
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -122,7 +134,7 @@ def _download_source(version: str, work: Path, log: Path) -> Path:
 
 def _compile(source: Path, log: Path, jobs: int) -> Path:
     build = source / "build"
-    _run(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS], source, log)
+    _run(["cmake", "-S", str(source), "-B", str(build), *cmake_flags()], source, log)
     _run(["cmake", "--build", str(build), "--target", "llama-server", f"-j{jobs}"], source, log)
     return build / "bin" / "llama-server"
 
@@ -140,7 +152,7 @@ def _build_into(target: Path, version: str, jobs: int) -> float:
         staging.mkdir()
         shutil.copy2(binary, staging / "llama-server")
         seconds = time.monotonic() - started
-        record = {"version": version, "cold_build_seconds": round(seconds, 1), "cmake_flags": CMAKE_FLAGS}
+        record = {"version": version, "cold_build_seconds": round(seconds, 1), "cmake_flags": cmake_flags()}
         (staging / "build-info.json").write_text(json.dumps(record, indent=2) + "\n")
         # The rename is atomic, so a reader never sees a half-installed directory.
         staging.rename(target)
