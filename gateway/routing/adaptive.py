@@ -105,6 +105,7 @@ from gateway.routing.peers import (
 from gateway.routing.predict import PredictConfig, Prediction, blended, predict_with_model
 from gateway.routing.scorers import Assessment, PreferenceScorer
 from gateway.routing.shared_device import (
+    beats,
     charged,
     claims,
     device_members,
@@ -480,6 +481,4 @@ def _clearly_beaten(
     mine, best = decided.costs.get(backend), decided.costs.get(winner)
     if mine is None or best is None:
         return False
-    if objective == "tokens_per_second":
-        return best > mine * (1.0 + tolerance)
-    return best * (1.0 + tolerance) < mine
+    return beats(best, mine, objective == "tokens_per_second", tolerance)

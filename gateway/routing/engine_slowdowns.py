@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from gateway.records import Progress, Sample
 from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
-from gateway.routing.slow_episodes import Episode, next_episode
+from gateway.routing.slow_episodes import Episode, next_episode, starts
 from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, live_ratios
 
 # A backend's requests in flight as far as each has gone (stats/progress.py).
@@ -138,19 +138,26 @@ class EngineSlowdowns:
         self._slowed[backend] = (at, slowed)
         if slowed.live <= 1.0:
             return
-        newest: dict[str | None, Sample | None] = {
-            p: self._newest(self.windows.samples(backend, p, at)) for p in self._profiles.get(backend, ())
-        }
-        newest[None] = self._newest(self.windows.backend_samples(backend, at))  # the all-profile model
-        episode = next_episode(self._episodes.get(backend), previous and previous[1], slowed, at, newest)
+        before, last = self._episodes.get(backend), previous and previous[1]
+        newest = self._newest_samples(backend, at) if starts(before, last, slowed) else {}
+        episode = next_episode(before, last, slowed, at, newest)
         if episode is not None:
             if backend not in self._episodes and len(self._episodes) >= self.windows.max_cells:
                 del self._episodes[next(iter(self._episodes))]
             self._episodes[backend] = episode
 
-    @staticmethod
-    def _newest(samples: Sequence[Sample]) -> Sample | None:
-        return samples[-1] if samples else None
+    def _newest_samples(self, backend: str, at: float) -> dict[str | None, Sample | None]:
+        """Per profile `backend` was scored for (None: its all-profile model), its newest sample now:
+        read only as an episode starts, not at every slowed reading."""
+
+        def newest(samples: Sequence[Sample]) -> Sample | None:
+            return samples[-1] if samples else None
+
+        found: dict[str | None, Sample | None] = {
+            p: newest(self.windows.samples(backend, p, at)) for p in self._profiles.get(backend, ())
+        }
+        found[None] = newest(self.windows.backend_samples(backend, at))
+        return found
 
     def _pace(self, backend: str, profile: str, at: float) -> DecodePace:
         """The cell's decode pace over its finished streams, cached until its samples change."""

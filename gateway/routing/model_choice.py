@@ -78,10 +78,9 @@ class ModelChoice:
             if key not in self.counts and len(self.counts) >= self.windows.max_cells:
                 del self.counts[next(iter(self.counts))]
             self.counts[key] = cached
-        factor = self.slowdowns.of(backend, profile, at).for_cell(model)
-        if memory is not None:
-            remembered = self.slowdowns.remembered(backend, profile, at, memory.refresh_s, memory.tolerance)
-            factor = max(factor, remembered)
+        factor = self._remembered(
+            self.slowdowns.of(backend, profile, at).for_cell(model), backend, profile, at, memory
+        )
         return CellView(scaled(model, factor), cached[1], cached[2])
 
     def engine(self, backend: str, at: float, memory: Adaptive | None = None) -> CellModel:
@@ -90,10 +89,18 @@ class ModelChoice:
         engine = self.cache.backend(self.windows, backend, at)
         slowed = self.slowdowns.latest(backend)
         factor = 1.0 if slowed is None else slowed.for_cell(engine)
-        if memory is not None:
-            remembered = self.slowdowns.remembered(backend, None, at, memory.refresh_s, memory.tolerance)
-            factor = max(factor, remembered)
-        return scaled(engine, factor)
+        return scaled(engine, self._remembered(factor, backend, None, at, memory))
+
+    def _remembered(
+        self, factor: float, backend: str, profile: str | None, at: float, memory: Adaptive | None
+    ) -> float:
+        """`factor`, or the remembered slow-down of the cell (None: the all-profile model) where that is
+        larger, with the policy's knobs (EngineSlowdowns.remembered); without them, `factor`."""
+        if memory is None:
+            return factor
+        return max(
+            factor, self.slowdowns.remembered(backend, profile, at, memory.refresh_s, memory.tolerance)
+        )
 
     def choose(
         self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], neighbours: Sequence[str]
@@ -136,17 +143,16 @@ class ModelChoice:
         model while the cell is short), with a note; None when no neighbour is slowed so, or none has a
         model of min_samples. A neighbour's request costs contention that model never saw: the
         shared-device rules price that from the device's loads, as for any backend."""
-        at, min_samples = self.windows.now(), ctx.adaptive.min_samples
+        at, knobs = self.windows.now(), ctx.adaptive
         found = []
-        knobs = ctx.adaptive
         for name in neighbours:
             slowed = self.slowdowns.suspect(name, knobs.refresh_s, knobs.tolerance)
             if name not in cells or slowed is None:
                 continue
             model = self.cache.get(self.windows, name, ctx.profile.name, at)
-            if model.samples < min_samples and ctx.profile.objective == "tokens_per_second":
+            if model.samples < knobs.min_samples and ctx.profile.objective == "tokens_per_second":
                 model = self.cache.backend(self.windows, name, at)
-            if model.samples >= min_samples:
+            if model.samples >= knobs.min_samples:
                 found.append((slowed.factor, name, model))
         if not found:
             return None

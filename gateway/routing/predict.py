@@ -239,8 +239,8 @@ def _longer_prompt(model: CellModel, prompt_tokens: int | None, engine: CellMode
     longest = model.max_prompt_tokens
     if model.ttft is None or not prompt_tokens or longest <= 0 or prompt_tokens <= longest:
         return 0.0
-    rates = [_prefill_bound(m) for m in (model, engine) if m is not None]
-    return min(r for r in rates if r is not None) * (prompt_tokens - longest)
+    rates = [rate for m in (model, engine) if m is not None and (rate := _prefill_bound(m)) is not None]
+    return min(rates, default=0.0) * (prompt_tokens - longest)
 
 
 def _prefill_bound(model: CellModel) -> float | None:

@@ -43,7 +43,7 @@ def charged(
     def beaten(other: Prediction | None) -> bool:
         if mine.value is None or other is None or other.value is None:
             return False
-        return _beats(mine.value, other.value, mine.higher_is_better, tolerance)
+        return beats(mine.value, other.value, mine.higher_is_better, tolerance)
 
     return [
         d for d in members if d.backend == backend or d.inflight <= 0 or not beaten(steady.get(d.backend))
@@ -127,7 +127,7 @@ def holders(
         if theirs is None or (holder.capacity is not None and holder.inflight >= holder.capacity):
             continue
         mine = steady.get(name)
-        if mine is not None and _beats(mine, theirs, higher_is_better, margin):
+        if mine is not None and beats(mine, theirs, higher_is_better, margin):
             continue
         held[name] = holder.backend
     return held
@@ -254,5 +254,6 @@ def _holder(members: Sequence[DeviceLoad]) -> DeviceLoad:
     return max(members, key=lambda d: d.inflight)
 
 
-def _beats(value: float, other: float, higher_is_better: bool, margin: float) -> bool:
+def beats(value: float, other: float, higher_is_better: bool, margin: float) -> bool:
+    """Whether `value` is better than `other` by more than `margin` (relative)."""
     return value > other * (1 + margin) if higher_is_better else value * (1 + margin) < other

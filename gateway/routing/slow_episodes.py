@@ -59,6 +59,12 @@ def next_episode(
     nothing; one after a reading without leaves the old episode for a new one."""
     if slowed.live <= 1.0:
         return episode
-    if episode is None or previous is None or previous.live <= 1.0:
+    if episode is None or starts(episode, previous, slowed):
         return Episode(at, at, slowed, dict(newest))
     return replace(episode, seen=at, slowed=slowed)
+
+
+def starts(episode: Episode | None, previous: Slowdown | None, slowed: Slowdown) -> bool:
+    """Whether the reading `slowed` begins a new episode: slowed, with none before it or after a reading
+    that was not (what `next_episode` needs each profile's newest sample for)."""
+    return slowed.live > 1.0 and (episode is None or previous is None or previous.live <= 1.0)
