@@ -63,15 +63,16 @@ class EngineSlowdowns:
             return None
         return episode.slowed
 
-    def remembered(
-        self, backend: str, profile: str | None, at: float, within_s: float, tolerance: float
-    ) -> float:
+    def remembered(self, backend: str, profile: str | None, at: float, tolerance: float) -> float:
         """The factor by which `backend`'s cell of `profile` (None: its all-profile model) is slower than
         its fit says, by what is remembered (slow_episodes.py): its newest episode's live factor, where
-        that was seen within `within_s` beyond `tolerance` and the cell was measured mostly before it
-        began; else 1."""
+        that was beyond `tolerance` and the cell was measured mostly before it began; else 1. However long
+        ago it was seen: a throttle is not undone by time passing, and a cell stops being scaled as its
+        own answers since outnumber the old (on a one-Spark pair throttled in its 4-user phase, the
+        16-user burst four minutes on took fp8-mtp's chats of before the throttle for its pace against
+        fp8-base, as twice as fast as fp8-base, and piled onto it)."""
         episode = self._episodes.get(backend)
-        if episode is None or not episode.recent(at, within_s, tolerance):
+        if episode is None or not episode.slowed.beyond(tolerance):
             return 1.0
         samples = (
             self.windows.backend_samples(backend, at)

@@ -66,8 +66,8 @@ class ModelChoice:
 
     def cell(self, backend: str, profile: str, at: float, memory: Adaptive | None = None) -> CellView:
         """The (backend, profile) cell: its model, slowed as its engine is now, and its counts. With the
-        policy's knobs (`memory`), a cell measured only before the engine's newest slow-down, seen within
-        the refresh bound, is slowed by that one where it says more (EngineSlowdowns.remembered)."""
+        policy's knobs (`memory`), a cell measured mostly before the engine's newest slow-down is slowed by
+        that one where it says more, however long ago it was seen (EngineSlowdowns.remembered)."""
         key = (backend, profile)
         version = self.windows.version(backend, profile, at)
         model = self.cache.get(self.windows, backend, profile, at)
@@ -98,9 +98,7 @@ class ModelChoice:
         larger, with the policy's knobs (EngineSlowdowns.remembered); without them, `factor`."""
         if memory is None:
             return factor
-        return max(
-            factor, self.slowdowns.remembered(backend, profile, at, memory.refresh_s, memory.tolerance)
-        )
+        return max(factor, self.slowdowns.remembered(backend, profile, at, memory.tolerance))
 
     def choose(
         self, ctx: RouteContext, b: BackendSnapshot, cells: Mapping[str, CellView], neighbours: Sequence[str]
@@ -168,8 +166,10 @@ class ModelChoice:
         beside_slowed: bool = False,
     ) -> tuple[CellModel, str] | None:
         """This profile's model on the peer measured on it most (on this request's content), scaled by
-        peers.decode_ratio over the other profiles both measured; None without such a peer or profile, or
-        with `beside_slowed` unless that peer's engine is seen slowed beyond the tolerance.
+        peers.decode_ratio over the other profiles both measured, each cell as remembered (a cell measured
+        before its engine slowed reads as slow as the engine is now: else a pace of its healthy days sets
+        the ratio); None without such a peer or profile, or with `beside_slowed` unless that peer's engine
+        is seen slowed beyond the tolerance.
         The all-profile model holds the loads and prompts this backend happened to serve: asked about a
         16-way burst of long prompts it only measured one at a time on short ones, it answers flat, as
         fast as one short prompt decodes."""
@@ -185,11 +185,14 @@ class ModelChoice:
         at = self.windows.now()
         theirs = set(self.slowdowns.profiles(peer))
         common = [p for p in self.slowdowns.profiles(backend) if p in theirs and p != ctx.profile.name]
-        pairs = [(self.cell(backend, p, at).model, self.cell(peer, p, at).model) for p in common]
+        # The cells as remembered: one measured before its engine slowed is scaled as that engine is now.
+        pairs = [
+            (self.cell(backend, p, at, knobs).model, self.cell(peer, p, at, knobs).model) for p in common
+        ]
         load = b.inflight + 1  # the load it would meet
         ratio = decode_ratio(pairs, min_samples, load)
         if ratio is None:  # no profile both measured: their all-profile models, at a load both met
-            engines = (self.engine(backend, at), self.engine(peer, at))
+            engines = (self.engine(backend, at, knobs), self.engine(peer, at, knobs))
             ratio = decode_ratio([engines], min_samples, load)
         if ratio is None:
             return None

@@ -33,6 +33,9 @@ class XSlowed:
     def profiles(self, backend: str) -> list[str]:
         return []
 
+    def remembered(self, backend: str, profile: str | None, at: float, tolerance: float) -> float:
+        return 1.0  # slowed live, nothing lapsed to remember
+
 
 def test_beside_a_slowed_neighbour_an_unmeasured_backend_takes_its_model_from_before_the_slow_down() -> None:
     windows = LiveRecorder(clock=lambda: 1_000_000.0)
@@ -81,3 +84,40 @@ def test_the_all_profile_model_is_slowed_as_remembered_while_most_of_it_predates
     for sample in HEALTHY:
         windows.record("x", "code", replace(sample), now=now)
     assert choice.engine("x", now, Adaptive()) == build_model([*HEALTHY, *HEALTHY])
+
+
+def answers_at(tpot: float) -> list[Sample]:
+    """Eight answers of 100 tokens decoded at `tpot` seconds a token, at loads 1 to 4."""
+    return [
+        Sample(e2e=0.2 + 99 * tpot, ttft=0.2, output_tokens=100, prompt_tokens=500, concurrency=1 + i % 4)
+        for i in range(8)
+    ]
+
+
+def test_the_decode_ratio_reads_a_cell_of_before_the_slow_down_as_slow_as_the_engine_is_now() -> None:
+    now = 1_000_000.0
+    windows = LiveRecorder(clock=lambda: now)
+    for sample in answers_at(0.02):  # x's chats: all of before its slow-down, 1.5x faster than y's
+        windows.record("x", "chat", sample, now=now - 100.0)
+    for profile in ("chat", "edit"):
+        for sample in answers_at(0.03):
+            windows.record("y", profile, sample, now=now - 100.0)
+    slowdowns = EngineSlowdowns(windows, ModelCache(), None)
+    for backend, profile in (("x", "chat"), ("y", "chat"), ("y", "edit")):
+        slowdowns.of(backend, profile, now - 60.0)  # the profiles each was scored for
+    slowdowns.adopt("x", now - 50.0, SLOWED)  # x slows 3x...
+    slowdowns.adopt("x", now - 40.0, Slowdown())  # ...and its live reading lapses
+    choice = ModelChoice(windows, ModelCache(), slowdowns)
+    ctx = RouteContext(
+        Features("m", "edit", 500, 100),
+        Profile(name="edit", objective="tokens_per_second"),
+        "adaptive",
+        Weights(),
+    )
+    cells = {"x": CellView(build_model([]), 0, 0), "y": choice.cell("y", "edit", now, Adaptive())}
+    found = choice.relative(ctx, BackendSnapshot("x"), cells)
+    assert found is not None
+    model, note = found
+    # 3 x 0.02 / 0.03: twice as slow as y, not the 0.67 of its healthy days.
+    assert "y's model x 2," in note
+    assert model == scaled(cells["y"].model, 2.0)

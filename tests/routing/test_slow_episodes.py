@@ -74,13 +74,15 @@ def test_the_all_profile_model_is_remembered_slowed_while_most_of_its_samples_pr
     slowdowns = EngineSlowdowns(windows, ModelCache(), None)
     slowdowns.adopt("x", 910.0, SLOWED)  # the episode begins
     slowdowns.adopt("x", 920.0, Slowdown())  # the live reading lapses: the fits took it in
-    assert slowdowns.remembered("x", None, 930.0, within_s=60.0, tolerance=0.25) == SLOWED.live
-    # Seen longer ago than the bound: no longer remembered.
-    assert slowdowns.remembered("x", None, 971.0, within_s=60.0, tolerance=0.25) == 1.0
+    assert slowdowns.remembered("x", None, 930.0, tolerance=0.25) == SLOWED.live
+    # Seen 80 s ago, beyond any refresh bound of the test: time passing does not undo a throttle.
+    assert slowdowns.remembered("x", None, 990.0, tolerance=0.25) == SLOWED.live
+    # Not beyond the tolerance: nothing to remember.
+    assert slowdowns.remembered("x", None, 930.0, tolerance=2.0) == 1.0
     # Answers since, of either profile: still remembered while they are fewer than those before...
     for i, sample in enumerate(answers(5)):
         windows.record("x", "edit" if i % 2 else "chat", sample, now=921.0 + i)
-    assert slowdowns.remembered("x", None, 930.0, within_s=60.0, tolerance=0.25) == SLOWED.live
+    assert slowdowns.remembered("x", None, 930.0, tolerance=0.25) == SLOWED.live
     # ...and no more once half its samples are from since.
     windows.record("x", "code", answers(1)[0], now=926.0)
-    assert slowdowns.remembered("x", None, 930.0, within_s=60.0, tolerance=0.25) == 1.0
+    assert slowdowns.remembered("x", None, 930.0, tolerance=0.25) == 1.0
