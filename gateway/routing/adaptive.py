@@ -41,10 +41,10 @@ Scores are then normalised across candidates:
 The prior is the policy's `prefer` order (the preference scorer's formula): with no predictions at all the
 scores *are* the prior, so a fresh gateway routes like the static policy and measurements take over cell by
 cell. An engine seen slower than its own fits by more than `tolerance` (routing/slowdown.py), now or within
-`refresh_s` (routing/slow_episodes.py), is ranked after the others in the prior (verdict.demoted): the
-prefer order speaks of healthy engines, and a profile never measured would otherwise follow it onto a
-throttled one. `tolerance` keeps noise from flipping decisions: a
-5 % gap moves the score by 0.15, not by 1. A backend whose cell is still under min_samples may be predicted
+`refresh_s` or the windows' span, the longer (routing/slow_episodes.py), is ranked after the others in the
+prior (verdict.demoted): the prefer order speaks of healthy engines, and a profile never measured would
+otherwise follow it onto a throttled one. `tolerance` keeps noise from flipping decisions: a 5 % gap moves
+the score by 0.15, not by 1. A backend whose cell is still under min_samples may be predicted
 with a borrowed model (routing/model_choice.py: the peer's model times its decode ratio beside a neighbour,
 its all-profile fit for decode speed, each only where it measured the request's content). Still short, a
 backend alone on its device is predicted with its best-measured peer's model at its own load
@@ -340,7 +340,7 @@ class AdaptiveScorer:
 
     def _slowed(self, backends: Sequence[BackendSnapshot], knobs: Adaptive) -> set[str]:
         """The backends whose engine runs slower than its fits by over the tolerance, as of this decision
-        or within the refresh bound's seconds (EngineSlowdowns.suspect)."""
+        or within the refresh bound's seconds or the windows' span (EngineSlowdowns.suspect)."""
         return {b.name for b in backends if self.slowdowns.suspect(b.name, knobs.refresh_s, knobs.tolerance)}
 
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:

@@ -49,7 +49,11 @@ class EngineSlowdowns:
 
     def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
         """`backend`'s slow-down beyond `tolerance` as of the decision under way, or else the newest one
-        seen within the last `within_s` seconds (None: neither). Once the fits have taken a slow-down in,
+        seen within the last `within_s` seconds or the windows' span, the longer (None: neither): while
+        the windows may hold answers of its healthy days, a profile measured then would vouch for it
+        (a one-Spark pair throttled in its 4-user phase sent the single-user request of a mixed burst four
+        minutes on to the throttled engine, whose contention doubled the burst's TTFTs on its neighbour).
+        Once the fits have taken a slow-down in,
         the engine's requests read on them, and its factor falls back to 1 though it never recovered:
         the profiles it has not served since would follow the prefer order back to it, as fast as the
         engine was (a throttled q475-dflash took a whole chat phase and the burst after it, every
@@ -59,7 +63,8 @@ class EngineSlowdowns:
         if latest is not None and latest.beyond(tolerance):
             return latest
         episode = self._episodes.get(backend)
-        if episode is None or not episode.recent(self.windows.now(), within_s, tolerance):
+        bound = max(within_s, self.windows.max_age_s)
+        if episode is None or not episode.recent(self.windows.now(), bound, tolerance):
             return None
         return episode.slowed
 

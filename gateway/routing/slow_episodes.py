@@ -8,8 +8,9 @@ prefer order trusts the engine again, and a profile it has not served since it s
 fit of its healthy days (a throttled q475-dflash took a whole phase of single-user requests at its
 pre-throttle pace, each twice as long as on its neighbour). So an episode remembers, from the first
 reading of a slow-down: its newest factor and when it was last seen, and each profile's newest sample
-when it began. For the policy's refresh bound after it was last seen, the engine is still suspect (the
-prior demotes it: whether to trust it again is a question of time). A cell is scaled by the remembered
+when it began. For the policy's refresh bound or the windows' span after it was last seen, the longer,
+the engine is still suspect (the prior demotes it): while the windows may hold answers of its healthy
+days, those would vouch for it. A cell is scaled by the remembered
 factor while most of its samples are from before, however long ago that was: time alone does not undo a
 throttle, and the cell's own answers since do, once they outnumber the old. One measured mostly since
 reads its own answers, slow ones included.

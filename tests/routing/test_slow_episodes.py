@@ -86,3 +86,16 @@ def test_the_all_profile_model_is_remembered_slowed_while_most_of_its_samples_pr
     # ...and no more once half its samples are from since.
     windows.record("x", "code", answers(1)[0], now=926.0)
     assert slowdowns.remembered("x", None, 930.0, tolerance=0.25) == 1.0
+
+
+def test_an_engine_stays_suspect_while_the_windows_may_hold_answers_of_before_its_slow_down() -> None:
+    now = [1_000.0]
+    windows = LiveRecorder(clock=lambda: now[0], max_age_s=600.0)
+    slowdowns = EngineSlowdowns(windows, ModelCache(), None)
+    slowdowns.adopt("x", 1_000.0, SLOWED)
+    slowdowns.adopt("x", 1_010.0, Slowdown())  # the live reading lapses
+    now[0] = 1_300.0  # beyond a refresh bound of 120 s, within the windows' 600 s
+    assert slowdowns.suspect("x", within_s=120.0, tolerance=0.25) == SLOWED
+    now[0] = 1_601.0  # beyond both
+    assert slowdowns.suspect("x", within_s=120.0, tolerance=0.25) is None
+    assert slowdowns.suspect("x", within_s=900.0, tolerance=0.25) == SLOWED  # a longer bound of the policy's
