@@ -46,7 +46,7 @@ that would put a client's request beside a busy engine of its device waits for a
 QUIET_WAIT times the bound: an estimate merely old is not urgent, and the neighbour's requests all run
 slower meanwhile (a change does not wait, nor a decode probe, which costs a few tokens). A due cell is
 explored at MAX_EPSILON whatever the contention, back to back beside a busy engine (pacing.plan_refresh),
-the stalest first. An engine seen slowed beside a busy one waits its slow-down times the bounds, and no
+the stalest first. An engine still suspect beside a busy one waits its slow-down times the bounds, and no
 other backend's change makes it due (`refresh_stretch`): a client's request there lasts the slowed
 engine's long time, and its busy neighbour's requests all run slower meanwhile (on spark-duo-degrading
 four such refreshes of the throttled fp8-mtp stretched the last phase from 117 s to 163 s); what it would
@@ -190,15 +190,18 @@ class Explorer:
             and self.slowdowns.suspect(name, knobs.refresh_s, knobs.tolerance) is None
         ]
 
-    def refresh_stretch(self, backend: str, tolerance: float, device: Sequence[DeviceLoad]) -> float:
-        """How many times its usual bounds a refresh of `backend` waits: its engine's slow-down, where that
-        is beyond `tolerance` and an engine beside it is busy (`contended`), else 1. A client's request
-        there lasts the slowed engine's long time, and every request of the busy neighbour runs slower all
-        that while: refreshed as often as a healthy engine, the throttled fp8-mtp of spark-duo-degrading
-        took four requests in its last phase and stretched it from 117 s to 163 s. Stretched, the refresh
-        costs about what a healthy one does per second of the bound."""
-        slowed = self.slowdowns.latest(backend)
-        if slowed is None or not slowed.beyond(tolerance) or not contended(backend, device):
+    def refresh_stretch(self, backend: str, knobs: Adaptive, device: Sequence[DeviceLoad]) -> float:
+        """How many times its usual bounds a refresh of `backend` waits: its engine's slow-down, where it
+        is still suspect (EngineSlowdowns.suspect: slowed beyond the tolerance now, or remembered so once
+        the fits took the slow-down in) and an engine beside it is busy (`contended`), else 1. A client's
+        request there lasts the slowed engine's long time, and every request of the busy neighbour runs
+        slower all that while: refreshed as often as a healthy engine, the throttled fp8-mtp of
+        spark-duo-degrading took four requests in its last phase and stretched it from 117 s to 163 s;
+        read off the live reading alone, a lapsed one let a 16-user refresh of a throttled fp8-mtp go
+        beside thirteen requests on fp8-base, predicted to cost them 622 s. Stretched, the refresh costs
+        about what a healthy one does per second of the bound."""
+        slowed = self.slowdowns.suspect(backend, knobs.refresh_s, knobs.tolerance)
+        if slowed is None or not contended(backend, device):
             return 1.0
         return slowed.factor
 
@@ -230,7 +233,7 @@ class Explorer:
                 continue
             measured = count >= knobs.min_samples
             age = self.ledger.age(name, profile, at, 1 if measured else knobs.min_samples)
-            stretch = self.refresh_stretch(name, knobs.tolerance, device[name])
+            stretch = self.refresh_stretch(name, knobs, device[name])
             runs = [run for other, run in changed.items() if other != name]
             bound = knobs.refresh_requests if measured else blind_bound(knobs)
             patience = 1.0 if name in probed or not contended(name, device[name]) else QUIET_WAIT

@@ -42,3 +42,23 @@ def test_a_holder_short_of_samples_is_explored_unless_its_engine_is_seen_slowed(
     assert held(Explorer(ledger, SeenSlowed(), 600.0)) == ["h"]  # type: ignore[arg-type]
     assert held(Explorer(ledger, SeenSlowed("w"), 600.0)) == ["h"]  # type: ignore[arg-type]
     assert held(Explorer(ledger, SeenSlowed("h"), 600.0)) == []  # type: ignore[arg-type]
+
+
+class Remembered(SeenSlowed):
+    """x's live reading lapsed (the fits took its slow-down in), its episode still remembered."""
+
+    def latest(self, backend: str) -> Slowdown | None:
+        return Slowdown() if backend in self.slowed else None
+
+    def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
+        return Slowdown(live=2.5, evidence=6, slow=6) if backend in self.slowed else None
+
+
+def test_a_refresh_of_an_engine_still_suspect_waits_its_slow_down_times_the_bounds_beside_busy_one() -> None:
+    explorer = Explorer(ExplorationLedger(max_cells=64), Remembered("x"), 600.0)  # type: ignore[arg-type]
+    busy = [DeviceLoad("x", 0, True, MEASURED), DeviceLoad("y", 13, False, MEASURED)]
+    assert explorer.refresh_stretch("x", Adaptive(), busy) == 2.5
+    idle = build_model([])  # no recent load either
+    quiet = [DeviceLoad("x", 0, False, idle), DeviceLoad("y", 0, False, idle)]
+    assert explorer.refresh_stretch("x", Adaptive(), quiet) == 1.0  # nobody to slow meanwhile
+    assert explorer.refresh_stretch("y", Adaptive(), busy) == 1.0  # not suspect
