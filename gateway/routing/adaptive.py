@@ -341,7 +341,7 @@ class AdaptiveScorer:
     def _slowed(self, backends: Sequence[BackendSnapshot], knobs: Adaptive) -> set[str]:
         """The backends whose engine runs slower than its fits by over the tolerance, as of this decision
         or within the refresh bound's seconds or the windows' span (EngineSlowdowns.suspect)."""
-        return {b.name for b in backends if self.slowdowns.suspect(b.name, knobs.refresh_s, knobs.tolerance)}
+        return {b.name for b in backends if self.slowdowns.suspect(b.name, knobs)}
 
     def _rank(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over backends that serve only once back, without exploring them."""

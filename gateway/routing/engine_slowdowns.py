@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from gateway.policy.schema import Adaptive
 from gateway.records import Progress, Sample
 from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
 from gateway.routing.slow_episodes import Episode, next_episode, starts
@@ -47,24 +48,22 @@ class EngineSlowdowns:
         known = self._slowed.get(backend)
         return known[1] if known is not None else None
 
-    def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
-        """`backend`'s slow-down beyond `tolerance` as of the decision under way, or else the newest one
-        seen within the last `within_s` seconds or the windows' span, the longer (None: neither): while
-        the windows may hold answers of its healthy days, a profile measured then would vouch for it
-        (a one-Spark pair throttled in its 4-user phase sent the single-user request of a mixed burst four
-        minutes on to the throttled engine, whose contention doubled the burst's TTFTs on its neighbour).
-        Once the fits have taken a slow-down in,
-        the engine's requests read on them, and its factor falls back to 1 though it never recovered:
-        the profiles it has not served since would follow the prefer order back to it, as fast as the
-        engine was (a throttled q475-dflash took a whole chat phase and the burst after it, every
-        request twice as long as on its neighbour). What is remembered is whether to trust the engine,
-        not how fast it is: the scaling of its predictions is the current reading's."""
+    def suspect(self, backend: str, knobs: Adaptive) -> Slowdown | None:
+        """`backend`'s slow-down beyond the policy's tolerance as of the decision under way, or else the
+        newest one seen within its `refresh_s` or the windows' span, the longer (None: neither). Once the
+        fits have taken a slow-down in, the engine's requests read on them and its factor falls back to 1
+        though it never recovered: the profiles it has not served since would follow the prefer order
+        back to it (a throttled q475-dflash took a whole chat phase and the burst after it, every request
+        twice as long as on its neighbour). While the windows may hold answers of its healthy days, a
+        profile measured then would vouch for it: with the refresh bound alone, a one-Spark pair
+        throttled in its 4-user phase sent its chat phase, never measured, back to the throttled engine
+        two minutes on. How slow its cells then read is `remembered`."""
         latest = self.latest(backend)
-        if latest is not None and latest.beyond(tolerance):
+        if latest is not None and latest.beyond(knobs.tolerance):
             return latest
         episode = self._episodes.get(backend)
-        bound = max(within_s, self.windows.max_age_s)
-        if episode is None or not episode.recent(self.windows.now(), bound, tolerance):
+        bound = max(knobs.refresh_s, self.windows.max_age_s)
+        if episode is None or not episode.recent(self.windows.now(), bound, knobs.tolerance):
             return None
         return episode.slowed
 

@@ -187,7 +187,7 @@ class Explorer:
             if name != winner
             and cells[name].count < knobs.min_samples
             and holding(name, winner, device, exploring(name))
-            and self.slowdowns.suspect(name, knobs.refresh_s, knobs.tolerance) is None
+            and self.slowdowns.suspect(name, knobs) is None
         ]
 
     def refresh_stretch(self, backend: str, knobs: Adaptive, device: Sequence[DeviceLoad]) -> float:
@@ -200,7 +200,7 @@ class Explorer:
         read off the live reading alone, a lapsed one let a 16-user refresh of a throttled fp8-mtp go
         beside thirteen requests on fp8-base, predicted to cost them 622 s. Stretched, the refresh costs
         about what a healthy one does per second of the bound."""
-        slowed = self.slowdowns.suspect(backend, knobs.refresh_s, knobs.tolerance)
+        slowed = self.slowdowns.suspect(backend, knobs)
         if slowed is None or not contended(backend, device):
             return 1.0
         return slowed.factor

@@ -144,7 +144,7 @@ class ModelChoice:
         at, knobs = self.windows.now(), ctx.adaptive
         found = []
         for name in neighbours:
-            slowed = self.slowdowns.suspect(name, knobs.refresh_s, knobs.tolerance)
+            slowed = self.slowdowns.suspect(name, knobs)
             if name not in cells or slowed is None:
                 continue
             model = self.cache.get(self.windows, name, ctx.profile.name, at)
@@ -180,7 +180,7 @@ class ModelChoice:
             return None
         peer = max(measured)[1]
         knobs = ctx.adaptive
-        if beside_slowed and self.slowdowns.suspect(peer, knobs.refresh_s, knobs.tolerance) is None:
+        if beside_slowed and self.slowdowns.suspect(peer, knobs) is None:
             return None
         at = self.windows.now()
         theirs = set(self.slowdowns.profiles(peer))

@@ -10,10 +10,10 @@ pre-throttle pace, each twice as long as on its neighbour). So an episode rememb
 reading of a slow-down: its newest factor and when it was last seen, and each profile's newest sample
 when it began. For the policy's refresh bound or the windows' span after it was last seen, the longer,
 the engine is still suspect (the prior demotes it): while the windows may hold answers of its healthy
-days, those would vouch for it. A cell is scaled by the remembered
-factor while most of its samples are from before, however long ago that was: time alone does not undo a
-throttle, and the cell's own answers since do, once they outnumber the old. One measured mostly since
-reads its own answers, slow ones included.
+days, those would vouch for it. A cell is scaled by the remembered factor while most of its samples are
+from before, however long ago that was: time alone does not undo a throttle, and the cell's own answers
+since do, once they outnumber the old. One measured mostly since reads its own answers, slow ones
+included.
 """
 
 from __future__ import annotations

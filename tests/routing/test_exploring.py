@@ -25,9 +25,9 @@ class SeenSlowed:
     def latest(self, backend: str) -> Slowdown | None:
         return Slowdown(live=2.5, evidence=6, slow=6) if backend in self.slowed else None
 
-    def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
+    def suspect(self, backend: str, knobs: Adaptive) -> Slowdown | None:
         found = self.latest(backend)
-        return found if found is not None and found.beyond(tolerance) else None
+        return found if found is not None and found.beyond(knobs.tolerance) else None
 
 
 def held(explorer: Explorer) -> list[str]:
@@ -50,7 +50,7 @@ class Remembered(SeenSlowed):
     def latest(self, backend: str) -> Slowdown | None:
         return Slowdown() if backend in self.slowed else None
 
-    def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
+    def suspect(self, backend: str, knobs: Adaptive) -> Slowdown | None:
         return Slowdown(live=2.5, evidence=6, slow=6) if backend in self.slowed else None
 
 

@@ -27,7 +27,7 @@ class XSlowed:
     def latest(self, backend: str) -> Slowdown | None:
         return SLOWED if backend == "x" else None
 
-    def suspect(self, backend: str, within_s: float, tolerance: float) -> Slowdown | None:
+    def suspect(self, backend: str, knobs: Adaptive) -> Slowdown | None:
         return self.latest(backend)
 
     def profiles(self, backend: str) -> list[str]:

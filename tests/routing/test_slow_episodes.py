@@ -3,6 +3,7 @@ lapses, which cells were measured mostly before it slowed, and how one reading f
 
 from __future__ import annotations
 
+from gateway.policy.schema import Adaptive
 from gateway.records import Sample
 from gateway.routing.cells import ModelCache
 from gateway.routing.engine_slowdowns import EngineSlowdowns
@@ -95,7 +96,7 @@ def test_an_engine_stays_suspect_while_the_windows_may_hold_answers_of_before_it
     slowdowns.adopt("x", 1_000.0, SLOWED)
     slowdowns.adopt("x", 1_010.0, Slowdown())  # the live reading lapses
     now[0] = 1_300.0  # beyond a refresh bound of 120 s, within the windows' 600 s
-    assert slowdowns.suspect("x", within_s=120.0, tolerance=0.25) == SLOWED
+    assert slowdowns.suspect("x", Adaptive(refresh_s=120.0)) == SLOWED
     now[0] = 1_601.0  # beyond both
-    assert slowdowns.suspect("x", within_s=120.0, tolerance=0.25) is None
-    assert slowdowns.suspect("x", within_s=900.0, tolerance=0.25) == SLOWED  # a longer bound of the policy's
+    assert slowdowns.suspect("x", Adaptive(refresh_s=120.0)) is None
+    assert slowdowns.suspect("x", Adaptive(refresh_s=900.0)) == SLOWED  # a longer bound of the policy's
