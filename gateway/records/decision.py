@@ -33,14 +33,17 @@ class ExplorationPlan:
     `accrued` is the credit this request adds; `backend`, when set, is the under-measured backend the request
     explores, which spends one credit and books one exploration if the request is sent there (sent elsewhere,
     it spends nothing). `probes`: `backend` is measured by that many decode probes (proxy/decode_probe.py)
-    instead, sent together when the request is, wherever the request goes. `drop`: nothing is left to measure
-    for the profile, so its credit is dropped instead of carried into the next gap."""
+    instead, sent together when the request is, wherever the request goes; `measures_cell` False: they tell
+    the engine's decode speed and not the profile's cell, which they neither age nor count as explored
+    (exploring.probe_measures). `drop`: nothing is left to measure for the profile, so its credit is dropped
+    instead of carried into the next gap."""
 
     profile: str
     accrued: float = 0.0
     backend: str | None = None
     drop: bool = False
     probes: int = 0
+    measures_cell: bool = True
 
     @property
     def probe(self) -> bool:

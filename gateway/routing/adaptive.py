@@ -91,7 +91,7 @@ from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
 from gateway.routing.cells import CellModel, CellView, ModelCache, Windows
 from gateway.routing.context import RouteContext
 from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
-from gateway.routing.exploring import Explorer, probe_instead
+from gateway.routing.exploring import Explorer, probe_instead, probe_measures
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.model_choice import ModelChoice, loads_met, own_content
 from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
@@ -99,6 +99,7 @@ from gateway.routing.peers import (
     Borrowed,
     borrowed_from_peers,
     carried_model,
+    decodes_slower,
     levelled_prior,
     widest,
 )
@@ -200,20 +201,33 @@ class AdaptiveScorer:
             for name in explorer.held(unit, knobs, measured, winner, device, at)
             if not _clearly_beaten(decided, name, winner, ctx.profile.objective, knobs.tolerance)
         ]
+        slower = {name: self._decodes_slower(ctx, name, winner, at) for name in cells if self.probes}
         probed = [
             name
             for name in cells
-            if self.probes and probe_instead(ctx, cells, device, name) and name not in held
+            if self.probes and probe_instead(ctx, cells, device, name, slower[name]) and name not in held
         ]
         explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising, probed, held)
         if explored is None:
             return replace(decided, plan=plan)
         if explored.backend in probed:
             probes = self._probes(explored.backend, knobs.min_samples, at)
-            return replace(decided, plan=replace(plan, probes=probes))
+            measures = probe_measures(ctx.profile.objective, slower[explored.backend])
+            return replace(decided, plan=replace(plan, probes=probes, measures_cell=measures))
         errors = {name: cell.error_rate for name, cell in cells.items()}
         exploring = verdict(decided.predictions, errors, decided.prior, explored, knobs.tolerance)
         return replace(exploring, plan=plan)
+
+    def _decodes_slower(self, ctx: RouteContext, name: str, winner: str | None, at: float) -> bool | None:
+        """Whether `name`'s engine decodes slower than the winner's beyond the tolerance
+        (peers.decodes_slower, on their all-profile models as remembered); None: not known, or no winner to
+        compare with. Read for a ttft or e2e profile only, whose probes it gates (exploring.probe_instead)."""
+        if ctx.profile.objective == "tokens_per_second" or winner is None or winner == name:
+            return None
+        knobs = ctx.adaptive
+
+        mine, theirs = self.models.engine(name, at, knobs), self.models.engine(winner, at, knobs)
+        return decodes_slower(mine, theirs, knobs.min_samples, knobs.tolerance)
 
     def _probes(self, backend: str, min_samples: int, at: float) -> int:
         """Decode probes to plan for `backend`: as many as its all-profile fit lacks of min_samples, sent

@@ -163,12 +163,17 @@ class ExplorationLedger:
         credit = self._credit.get(plan.profile, 0.0) + plan.accrued
         if plan.backend is not None and (plan.backend == backend or plan.probe):
             credit -= 1.0
-            for _ in range(max(1, plan.probes)):  # each probe is one of the cell's measurements
-                self._remember(plan.backend, plan.profile, now, since)
-            if plan.probe:  # measured now, though the request went elsewhere: the cell's age restarts
-                booked, _ = self._booked[plan.profile]
-                self._send(plan.backend, plan.profile, booked, now)
+            if plan.measures_cell:
+                self._measured(plan.backend, plan, now, since)
         self._credit[plan.profile] = credit
+
+    def _measured(self, backend: str, plan: ExplorationPlan, now: float, since: float) -> None:
+        """`backend`'s cell of the plan's profile was explored now, by the request or by its probes."""
+        for _ in range(max(1, plan.probes)):  # each probe is one of the cell's measurements
+            self._remember(backend, plan.profile, now, since)
+        if plan.probe:  # measured now, though the request went elsewhere: the cell's age restarts
+            booked, _ = self._booked[plan.profile]
+            self._send(backend, plan.profile, booked, now)
 
     def _count(self, profile: str, backend: str, now: float) -> None:
         booked, started = self._booked.get(profile, (0, now))

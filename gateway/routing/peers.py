@@ -171,3 +171,11 @@ def decode_ratio(
         if (own := mine.tpot.at(load)) > 0 and (peer := theirs.tpot.at(load)) > 0:
             ratios.append(own / peer)
     return statistics.median(ratios) if ratios else None
+
+
+def decodes_slower(mine: CellModel, theirs: CellModel, min_samples: int, tolerance: float) -> bool | None:
+    """Whether an engine decodes slower than a peer beyond `tolerance`, by their all-profile models
+    (`decode_ratio` at the loads both measured nearest one request, where decode probes run); None while
+    either holds fewer than min_samples or no load both measured."""
+    ratio = decode_ratio([(mine, theirs)], min_samples, 1.0)
+    return None if ratio is None else ratio > 1.0 + tolerance

@@ -9,11 +9,12 @@ than predicted. So, per backend, pure functions on plain data:
 
 - Decode pace. Each (backend, profile) cell's finished streams give a fit of their gap between content
   frames (ITL) against load (c, device share); per profile, because a step over long prompts' KV takes
-  longer. A stream's gap is its mean without the longest tenth (`Sample.trimmed_itl`): the whole mean also
-  takes in the few long steps that ran the prefill of requests arriving beside it, so a closed loop of
-  8k-token prompts read 1.8x slower than the short prompts before it on a healthy engine
-  (spark-home-35b), a shift that then scaled every cell of the engine. Frames, not tokens, on both sides:
-  a speculative engine sends several tokens per frame.
+  longer. The load is the one a stream decoded at, its mean in-flight count over its life, not the one it
+  met at dispatch (`itl_points`). A stream's gap is its mean without the longest tenth
+  (`Sample.trimmed_itl`): the whole mean also takes in the few long steps that ran the prefill of requests
+  arriving beside it, so a closed loop of 8k-token prompts read 1.8x slower than the short prompts before
+  it on a healthy engine (spark-home-35b), a shift that then scaled every cell of the engine. Frames, not
+  tokens, on both sides: a speculative engine sends several tokens per frame.
   A stream in flight with MIN_FRAMES frames: its newest gaps / its profile's fit at the load now (the
   backend's in-flight count, never below the load it met at dispatch) and at the device share it has met
   so far. Not whether a neighbour is busy at this instant: the newest gaps were served over the last
@@ -34,9 +35,9 @@ than predicted. So, per backend, pure functions on plain data:
 
 - Finished. When fewer than MIN_EVIDENCE requests in flight say something (the traffic has left the backend,
   or it serves a few at a time), the newest finished streams of its profiles make up the rest: each one's
-  gap / the fit of its profile's streams before the newest MIN_EVIDENCE at the load it met, newest first;
-  only one that decoded at a load that fit covered (its mean load over its life, Sample.mean_load: a burst's
-  first request is sent at a load of one and decodes at sixteen). So the factor holds once traffic has moved
+  gap / the fit of its profile's streams before the newest MIN_EVIDENCE at the load it decoded at, newest
+  first; only one at a load that fit covered (a burst's first request is sent at a load of one and decodes
+  at sixteen). So the factor holds once traffic has moved
   away (what moved it is then finished), until the fits have taken the slow answers in.
 
 Every ratio is taken against a fit at the device share the request met, so contention that device_share
@@ -156,24 +157,26 @@ class Slowdown:
         return f"engine slowed {factor:.2g}x ({'; '.join(parts)})"
 
 
-def itl_points(samples: Sequence[Sample]) -> tuple[list[LoadPoint], list[float]]:
+def itl_points(samples: Sequence[Sample]) -> list[LoadPoint]:
     """(c, device share, frame gap) of the successful streamed samples, oldest first: the trimmed mean gap
-    (the whole mean where a sample has none: restored from an older snapshot); and beside each, the load
-    it decoded at: its mean load over its life, or its load at dispatch if that was higher or is all that
-    is known."""
-    points, lives = [], []
+    (the whole mean where a sample has none: restored from an older snapshot), against the load it decoded
+    at, its mean load over its life (Sample.mean_load), or its load at dispatch if that was higher or is
+    all that is known. Not the load at dispatch alone: a burst's first requests are sent at one to five
+    and decode at fifteen, and fitted at their dispatch they flattened the fit's slope so far that at
+    fourteen it predicted 0.058 s a frame where the 16-user round had measured 0.109 s at sixteen
+    (spark-home-35b), and every stream of the next burst read as an engine slowed 2x."""
+    points = []
     for s in samples:
         gap = s.trimmed_itl if s.trimmed_itl is not None else s.mean_itl
         if not s.error and gap is not None and gap > 0:
-            points.append((float(s.concurrency), s.device_share, gap))
-            lives.append(max(float(s.concurrency), s.mean_load or 0.0))
-    return points, lives
+            points.append((max(float(s.concurrency), s.mean_load or 0.0), s.device_share, gap))
+    return points
 
 
 def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     """The decode pace of one cell's samples (oldest first)."""
-    points, lives = itl_points(samples)
-    found = regimes(points, factor=PACE_CHANGE, lives=lives)
+    points = itl_points(samples)
+    found = regimes(points, factor=PACE_CHANGE, lives=[c for c, _, _ in points])
     start = found[-1][0]
     regime = points[start:]
     fit = fit_load(regime)
@@ -183,7 +186,7 @@ def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     older = regime[:-MIN_EVIDENCE]
     if len(older) >= CHANGE_RUN and (before := fit_load(older)) is not None:
         pace = replace(pace, before_newest=_reaching(before, older))
-    return replace(pace, newest=newest_ratios(regime, pace, lives[start:]))
+    return replace(pace, newest=newest_ratios(regime, pace))
 
 
 def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> DecodePace:
@@ -192,24 +195,20 @@ def _reaching(fit: Fit, points: Sequence[LoadPoint], shift: float = 1.0) -> Deco
     return DecodePace(fit, shift, c_high=max(c for c, _, _ in points), shares=shares)
 
 
-def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace, lives: Sequence[float]) -> tuple[float, ...]:
+def newest_ratios(regime: Sequence[LoadPoint], pace: DecodePace) -> tuple[float, ...]:
     """The newest MIN_EVIDENCE streams' gaps over what the regime's streams before them predict (newest
     first), at loads those covered (`pace.reference`); with too few before them, over the regime's own
     fit. Against a fit they are part of, slow answers after a slow-down too small for a regime change would
     pull the fit toward themselves and read as nearly on it. A stream counts only if the load it decoded at
-    (`lives`, beside each point) was covered too: the first requests of a burst are sent at a load of one
-    or two and decode at sixteen, and read against the fit at their dispatch they looked 1.8x slow on a
-    healthy engine (spark-duo-35b's mixed phase), which moved the burst's traffic to its neighbour."""
-    newest = list(zip(regime, lives, strict=True))[-MIN_EVIDENCE:]
+    (its point's, itl_points) was covered: the first requests of a burst are sent at a load of one or two
+    and decode at sixteen, and read against the fit at their dispatch they looked 1.8x slow on a healthy
+    engine (spark-duo-35b's mixed phase), which moved the burst's traffic to its neighbour."""
     reach = pace.reference
     fit = reach.fit
     if fit is None:
         return ()
-    return tuple(
-        y / e
-        for (c, z, y), life in reversed(newest)
-        if reach.covers(life, z) and (e := expect(fit, c, z)) > 0
-    )
+    newest = reversed(regime[-MIN_EVIDENCE:])
+    return tuple(y / e for c, z, y in newest if reach.covers(c, z) and (e := expect(fit, c, z)) > 0)
 
 
 def scaled(model: CellModel, factor: float) -> CellModel:

@@ -17,6 +17,7 @@ from gateway.routing.router import FixedPolicy, PolicyRouter
 from gateway.routing.shared_device import holders
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
+from tests.adaptive.routing_loop import POLICY as E2E_POLICY
 from tests.adaptive.routing_loop import decode_samples as samples
 from tests.adaptive.routing_loop import sent, with_adaptive
 
@@ -196,17 +197,26 @@ def test_a_claim_is_not_carried_along_a_holder_that_never_measured_the_claimants
 
 
 def probed(
-    x_inflight: int, probes: bool = True, devices: dict[str, str] = SHARED, y_probed: int = 0
+    x_inflight: int,
+    probes: bool = True,
+    devices: dict[str, str] = SHARED,
+    y_probed: int = 0,
+    y_tpot: float = 0.030,
+    policy_text: str = POLICY,
+    y_answered: int = 0,
 ) -> list[tuple[int, str, int]]:
     """(request, where it went, the decode probes it sent y) for each request that measured y, as in
-    first_exploration (x measured and busy, y never answered on the profile, epsilon 0.5); `y_probed`:
-    decode probes y answered before, slower than x."""
+    first_exploration (x measured and busy, y short of answers on the profile, epsilon 0.5); `y_probed`:
+    decode probes y answered before, at `y_tpot` (x's is 0.020); `y_answered`: answers of the profile y
+    holds, as fast."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for sample in samples(0.020):
         recorder.record("x", "default", sample)
-    for sample in samples(0.030)[:y_probed]:
+    for sample in samples(y_tpot)[:y_probed]:
         recorder.record("y", PROBE_PROFILE, sample)
-    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5, min_samples=5)))
+    for sample in samples(y_tpot)[:y_answered]:
+        recorder.record("y", "default", sample)
+    policy = FixedPolicy(parse_policy(with_adaptive(policy_text, explore_epsilon=0.5, min_samples=5)))
     router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=devices, probes=probes))
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
     pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
@@ -229,6 +239,24 @@ def test_a_busy_neighbour_gets_decode_probes_where_a_request_would_have_explored
     assert probed(14, probes=False) == [(i, "y", 0) for i in (20, 21, 22, 23, 24)]  # no prober
     # On a device of its own, y slows nobody: assumed as fast as the busy x, it takes the requests.
     assert probed(14, devices={}) == [(i, "y", 0) for i in range(40)]
+
+
+def test_an_e2e_request_is_put_off_by_probes_only_where_they_show_its_engine_decoding_slower() -> None:
+    # An e2e cell borrows no decode speed, but y decoding half again slower than x is not worth a whole
+    # request beside x's 14: one probe a refresh, counted as the cell's, as for tokens_per_second.
+    assert probed(14, y_probed=5, policy_text=E2E_POLICY) == [(i, "x", 1) for i in (10, 11, 12, 13, 14)]
+    # Shown faster, y is measured by requests of its own, as without probes.
+    by_requests = [(i, "y", 0) for i in (20, 21, 22, 23, 24)]
+    assert probed(14, y_probed=5, y_tpot=0.010, policy_text=E2E_POLICY) == by_requests
+    assert probed(14, probes=False, policy_text=E2E_POLICY) == by_requests
+    # A cell that held answers of the profile is refreshed by requests, what those answers measured
+    # (its decode speed alone is what a probe refreshes for tokens_per_second).
+    assert probed(14, y_probed=5, y_answered=3, policy_text=E2E_POLICY) == by_requests
+    assert probed(14, y_probed=5, y_answered=3) == [(i, "x", 1) for i in (10, 11, 12, 13, 14)]
+    # Not known yet: probes go, and the cell stays due (they are not its measurement), so requests of its
+    # own follow once an answer shows y as fast.
+    unknown = probed(14, policy_text=E2E_POLICY)
+    assert unknown[:2] == [(10, "x", 5), (11, "x", 5)] and all(went == "x" for _, went, _ in unknown)
 
 
 def test_probes_top_up_what_the_engine_fit_lacks() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gateway.policy.schema import Adaptive
 from gateway.records import Sample
 from gateway.routing.cells import CellModel, CellView, build_model
-from gateway.routing.exploring import Explorer
+from gateway.routing.exploring import Explorer, probe_measures
 from gateway.routing.harm import DeviceLoad
 from gateway.routing.pacing import ExplorationLedger
 from gateway.routing.slowdown import Slowdown
@@ -62,3 +62,9 @@ def test_a_refresh_of_an_engine_still_suspect_waits_its_slow_down_times_the_boun
     quiet = [DeviceLoad("x", 0, False, idle), DeviceLoad("y", 0, False, idle)]
     assert explorer.refresh_stretch("x", Adaptive(), quiet) == 1.0  # nobody to slow meanwhile
     assert explorer.refresh_stretch("y", Adaptive(), busy) == 1.0  # not suspect
+
+
+def test_probes_measure_a_decode_speed_cell_always_and_another_once_they_show_its_engine_slower() -> None:
+    assert probe_measures("tokens_per_second", None)
+    assert probe_measures("e2e", True) and probe_measures("ttft", True)
+    assert not probe_measures("e2e", None) and not probe_measures("ttft", False)

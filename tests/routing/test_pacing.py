@@ -109,6 +109,16 @@ def test_a_probe_spends_its_credit_and_measures_its_cell_wherever_the_request_we
     assert ledger.age("b", "p", now=108.0) == Age(1, 3.0)
 
 
+def test_probes_that_do_not_measure_the_cell_spend_its_credit_and_leave_it_as_it_was() -> None:
+    ledger = ExplorationLedger(max_cells=8)
+    for at in range(4):
+        ledger.book(ExplorationPlan("p"), "a", now=100.0 + at, since=0.0)
+    told = ExplorationPlan("p", accrued=1.0, backend="b", probes=5, measures_cell=False)
+    ledger.book(told, "a", now=105.0, since=0.0)
+    assert ledger.credit("p") == 0.0 and ledger.explorations("b", "p", since=0.0) == 0
+    assert ledger.age("b", "p", now=106.0) == Age(5, 6.0)  # still since the profile's first request
+
+
 def test_the_ledger_keeps_at_most_max_cells_cells() -> None:
     ledger = ExplorationLedger(max_cells=2)
     for backend in ("a", "b", "c"):

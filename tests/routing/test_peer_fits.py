@@ -7,7 +7,7 @@ import pytest
 from gateway.routing.cells import CellModel
 from gateway.routing.fitting import Fit
 from gateway.routing.harm import DeviceLoad
-from gateway.routing.peers import borrowed_from_peers, carried, widest
+from gateway.routing.peers import borrowed_from_peers, carried, decodes_slower, widest
 
 ONE_LOAD = Fit(intercept=0.040, slope=0.0, low_c=1, floor=0.040, high_c=1)  # measured at c = 1 only
 WIDE = Fit(intercept=0.018, slope=0.002, low_c=1, floor=0.020, high_c=16)  # 20 ms alone, 50 ms at 16
@@ -58,3 +58,15 @@ def test_only_a_backend_alone_on_its_device_borrows_and_only_while_short() -> No
     borrowed = borrowed_from_peers(models, device, 0.0, 5)
     assert set(borrowed) == {"y", "w"} and borrowed["y"].peer == "x"
     assert borrowed_from_peers({"y": models["y"]}, device, 0.0, 5) == {}  # no peer measured
+
+
+def test_an_engine_decodes_slower_than_a_peer_beyond_the_tolerance_once_both_are_measured() -> None:
+    peer = model(5, Fit(intercept=0.020, slope=0.001, low_c=1.0, floor=0.0, high_c=5.0))
+
+    def engine(tpot: float, samples: int = 5) -> CellModel:
+        return model(samples, Fit(intercept=tpot, slope=0.001, low_c=1.0, floor=0.0, high_c=5.0))
+
+    assert decodes_slower(engine(0.030), peer, 5, 0.1) is True
+    assert decodes_slower(engine(0.0215), peer, 5, 0.1) is False  # 7 % slower: within the tolerance
+    assert decodes_slower(engine(0.010), peer, 5, 0.1) is False
+    assert decodes_slower(engine(0.030, samples=4), peer, 5, 0.1) is None  # not known yet

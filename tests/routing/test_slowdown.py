@@ -322,3 +322,24 @@ def test_a_stream_of_a_profile_not_yet_measured_still_gives_its_pace_change() ->
     )
     # So a backend serving a profile it has barely measured is seen slowed.
     assert slowdown(stream_samples(0.020, n=3), streams) == pytest.approx(2.5)
+
+
+def test_the_decode_pace_is_fitted_at_the_load_streams_decoded_at_not_the_one_they_met_at_dispatch() -> None:
+    # Single streams at 0.045 s a frame, a 16-user round at 0.109, then requests of the next burst sent at
+    # loads 2 and up that decoded beside fourteen others at 0.12: on the fit of the loads they decoded at.
+    # Fitted at their dispatch they read 2-2.7x slow as the newest finished (four of them), made a regime
+    # change of 2.2x (six), and kept the next burst's streams at 1.5x slowed (ten).
+    def stream(c: int, life: float, gap: float) -> Sample:
+        return Sample(e2e=0.2 + 255 * gap, ttft=0.2, output_tokens=256, prompt_tokens=2048, concurrency=c,
+                      mean_itl=gap, trimmed_itl=gap, mean_load=life)
+
+    measured = [stream(2, 2.0, 0.045) for _ in range(10)] + [stream(16, 16.0, 0.109) for _ in range(10)]
+
+    def sent_early(n: int) -> list[Sample]:
+        return [stream(c, 15.0, 0.12) for c in range(2, 2 + n)]
+
+    assert max(decode_pace(measured + sent_early(4)).newest) < 1.3
+    assert decode_pace(measured + sent_early(6)).shift == 1.0
+    fit = decode_pace(measured + sent_early(10)).reference.fit
+    assert fit is not None and expect(fit, 14, 0.0) == pytest.approx(0.104, rel=0.1)
+    assert slowdown(measured + sent_early(10), streaming(0.11, 12, c=14)) == 1.0
