@@ -18,6 +18,7 @@ from gateway.routing.slowdown import (
     decode_pace,
     engine_slowdown,
     live_ratios,
+    load_reach,
     pace_change,
     scaled,
     unmeasured_load_change,
@@ -343,3 +344,27 @@ def test_the_decode_pace_is_fitted_at_the_load_streams_decoded_at_not_the_one_th
     fit = decode_pace(measured + sent_early(10)).reference.fit
     assert fit is not None and expect(fit, 14, 0.0) == pytest.approx(0.104, rel=0.1)
     assert slowdown(measured + sent_early(10), streaming(0.11, 12, c=14)) == 1.0
+
+
+def test_a_load_reached_by_one_stream_at_the_top_of_the_fit_is_not_one_its_streams_met() -> None:
+    # Six short prompts alone at 0.040 s a frame and one long prompt at four, at 0.140: a line through
+    # them puts 0.107 s at three. A stream there at 0.164, twice its own early pace, read 1.5x on it; the
+    # fit does not reach three, and its own pace says 2x.
+    def stream(c: int, gap: float) -> Sample:
+        return Sample(e2e=0.2 + 255 * gap, ttft=0.2, output_tokens=256, prompt_tokens=512, concurrency=c,
+                      mean_itl=gap, trimmed_itl=gap, mean_load=float(c))
+
+    samples = [stream(1, 0.040) for _ in range(6)] + [stream(4, 0.140)]
+    pace = decode_pace(samples)
+    assert not pace.covers(3, 0.0) and pace.covers(1, 0.0)
+    throttled = InFlight("chat", 3, True, 21.0, first_content_s=5.0, frames=102, recent_itl_s=0.164,
+                         early_itl_s=0.082)
+    assert live_ratios(Progress(3, (throttled,)), lambda p: build_model(samples), lambda p: pace, 1.0,
+                       min_samples=5) == [pytest.approx(2.0, rel=0.01)]
+
+
+def test_streams_spread_over_the_loads_reach_the_top_one() -> None:
+    assert load_reach([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]) == 8.0
+    assert load_reach([1.0, 1.0, 1.0, 1.0, 4.0]) == 1.0
+    assert load_reach([1.0, 1.0, 4.0, 4.0]) == 4.0
+    assert load_reach([2.0]) == 2.0
