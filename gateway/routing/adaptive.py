@@ -84,6 +84,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import cache, partial
 from typing import Any
 
 from gateway.policy.schema import Adaptive
@@ -201,18 +202,24 @@ class AdaptiveScorer:
             for name in explorer.held(unit, knobs, measured, winner, device, at)
             if not _clearly_beaten(decided, name, winner, ctx.profile.objective, knobs.tolerance)
         ]
-        slower = {name: self._decodes_slower(ctx, name, winner, at) for name in cells if self.probes}
+
+        @cache  # read only for a cell the probes could stand for, and once: it takes two engines' models
+        def slower(name: str) -> bool | None:
+            return self._decodes_slower(ctx, name, winner, at)
+
         probed = [
             name
             for name in cells
-            if self.probes and probe_instead(ctx, cells, device, name, slower[name]) and name not in held
+            if self.probes
+            and name not in held
+            and probe_instead(ctx, cells, device, name, partial(slower, name))
         ]
         explored, plan = explorer.plan(unit, knobs, measured, decided, device, at, promising, probed, held)
         if explored is None:
             return replace(decided, plan=plan)
         if explored.backend in probed:
             probes = self._probes(explored.backend, knobs.min_samples, at)
-            measures = probe_measures(ctx.profile.objective, slower[explored.backend])
+            measures = probe_measures(ctx.profile.objective, slower(explored.backend))
             return replace(decided, plan=replace(plan, probes=probes, measures_cell=measures))
         errors = {name: cell.error_rate for name, cell in cells.items()}
         exploring = verdict(decided.predictions, errors, decided.prior, explored, knobs.tolerance)
@@ -225,7 +232,6 @@ class AdaptiveScorer:
         if ctx.profile.objective == "tokens_per_second" or winner is None or winner == name:
             return None
         knobs = ctx.adaptive
-
         mine, theirs = self.models.engine(name, at, knobs), self.models.engine(winner, at, knobs)
         return decodes_slower(mine, theirs, knobs.min_samples, knobs.tolerance)
 

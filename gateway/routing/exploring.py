@@ -61,7 +61,7 @@ request explores the "<profile> (repetitive)" unit, counted by its repetitive sa
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.policy.schema import Adaptive
@@ -272,20 +272,21 @@ def probe_instead(
     cells: Mapping[str, CellView],
     device: Mapping[str, Sequence[DeviceLoad]],
     name: str,
-    slower: bool | None = None,
+    slower: Callable[[], bool | None],
 ) -> bool:
     """Whether decode probes stand for exploring backend `name` with this request: the cell is short of
     min_samples, the content is novel (what a probe's is), the request would slow busy requests of its
     device's other engines for its whole life, and either the profile ranks by decode speed, which the
     cell borrows from the engine's all-profile fit while short of samples (model_choice.ModelChoice.choose;
     probes feed that fit), or the cell holds no answer yet and its engine is not known to decode as fast
-    as the winner (`slower`: whether it decodes slower beyond the tolerance, peers.decodes_slower; None:
-    not known). A ttft or e2e cell borrows no decode speed, but its first request on an engine that
-    decodes slower is not worth the device: five whole requests each of bf16 and fp8 beside fifteen on
-    nvfp4-mtp (trio-one-spark, one Spark) ran longer than the oracle's whole 16-user phase. One that held
-    answers is refreshed by a request, what its answers measured: probed instead, spark-duo-flaky's
-    fp8-base no longer took its four refreshes of the mixed burst off the failing fp8-mtp, and the phase
-    ran 120.8 -> 134.5 s. Whether the probes count as the cell's measurement is `probe_measures`."""
+    as the winner (`slower()`: whether it decodes slower beyond the tolerance, peers.decodes_slower; None:
+    not known; asked last, it reads two engines' models). A ttft or e2e cell borrows no decode speed, but
+    its first request on an engine that decodes slower is not worth the device: five whole requests each
+    of bf16 and fp8 beside fifteen on nvfp4-mtp (trio-one-spark, one Spark) ran longer than the oracle's
+    whole 16-user phase. One that held answers is refreshed by a request, what its answers measured:
+    probed instead, spark-duo-flaky's fp8-base no longer took its four refreshes of the mixed burst off
+    the failing fp8-mtp, and the phase ran 120.8 -> 134.5 s. Whether the probes count as the cell's
+    measurement is `probe_measures`."""
     cell = cells[name]
     if repetitive(ctx.features.repetition) or cell.model.samples >= ctx.adaptive.min_samples:
         return False
@@ -293,7 +294,7 @@ def probe_instead(
         return False
     if ctx.profile.objective == "tokens_per_second":
         return True
-    return cell.count == 0 and slower is not False
+    return cell.count == 0 and slower() is not False
 
 
 def probe_measures(objective: str, slower: bool | None) -> bool:

@@ -68,7 +68,6 @@ def regimes(
     points: Sequence[LoadPoint],
     run: int = CHANGE_RUN,
     factor: float = CHANGE_FACTOR,
-    lives: Sequence[float] | None = None,
 ) -> list[tuple[int, int]]:
     """Where each regime of the engine's behaviour begins in `points` (oldest first), and which way it moved:
     (index, 1 slower / -1 faster); the first is (0, 0). The decode pace's regimes (slowdown.decode_pace).
@@ -81,16 +80,16 @@ def regimes(
     would hand the fit back to the old regime, and the traffic that had left a throttled engine would come
     back to it in a wave. Only for decode pace: a frame gap is the engine's step, whatever the prompt,
     where TTFT turns on the prompt's length and cache hits, which a run of long prompts would make a
-    regime that holds. `lives`, beside each point, the load it decoded at (slowdown.itl_points): a point
-    whose decode load the regime never met says nothing either, whatever load it was sent at. The first
-    requests of a burst are sent at a load of one or two and decode at sixteen: on a pair whose neighbour
-    had just been throttled, fp8-vision's first 15-request burst read 2.5x its fit of one and two, its
-    fits took a "slow-down" of 2.5x, and traffic went back to the throttled engine.
+    regime that holds. A point at a load the regime never met says nothing either way; its load is the one
+    it decoded at (slowdown.itl_points), not the one it was sent at. The first requests of a burst are
+    sent at a load of one or two and decode at sixteen: on a pair whose neighbour had just been
+    throttled, fp8-vision's first 15-request burst read 2.5x its fit of one and two, its fits took a
+    "slow-down" of 2.5x, and traffic went back to the throttled engine.
     """
     found = [(0, 0)]
     sums = LoadSums()
     for i, point in enumerate(points):
-        if sums.n >= run and (way := _change_at(points, i, sums, run, factor, lives)):
+        if sums.n >= run and (way := _change_at(points, i, sums, run, factor)):
             found.append((i, way))
             sums = LoadSums()
         sums.add(*point)
@@ -103,7 +102,6 @@ def _change_at(
     before: LoadSums,
     run: int,
     factor: float,
-    lives: Sequence[float] | None = None,
 ) -> int:
     """1 (slower) or -1 (faster) when points[i:] open with `run` points differing that way from `before`'s
     fit, else 0. One at a load `before` never met says nothing either way: it neither ends the run (the one
@@ -111,7 +109,7 @@ def _change_at(
     fit = before.coefficients()
 
     def side(j: int) -> int | None:
-        if lives is not None and not before.covers(lives[j], points[j][1], SHARE_MARGIN):
+        if not before.covers(points[j][0], points[j][1], SHARE_MARGIN):
             return None  # decoded at a load never met
         return _side(points[j], before, fit, factor)
 

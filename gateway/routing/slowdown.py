@@ -37,8 +37,8 @@ than predicted. So, per backend, pure functions on plain data:
   or it serves a few at a time), the newest finished streams of its profiles make up the rest: each one's
   gap / the fit of its profile's streams before the newest MIN_EVIDENCE at the load it decoded at, newest
   first; only one at a load that fit covered (a burst's first request is sent at a load of one and decodes
-  at sixteen). So the factor holds once traffic has moved
-  away (what moved it is then finished), until the fits have taken the slow answers in.
+  at sixteen). So the factor holds once traffic has moved away (what moved it is then finished), until
+  the fits have taken the slow answers in.
 
 Every ratio is taken against a fit at the device share the request met, so contention that device_share
 already explains is not counted twice, and only at a load (c, device share) its profile's finished streams
@@ -176,7 +176,7 @@ def itl_points(samples: Sequence[Sample]) -> list[LoadPoint]:
 def decode_pace(samples: Sequence[Sample]) -> DecodePace:
     """The decode pace of one cell's samples (oldest first)."""
     points = itl_points(samples)
-    found = regimes(points, factor=PACE_CHANGE, lives=[c for c, _, _ in points])
+    found = regimes(points, factor=PACE_CHANGE)
     start = found[-1][0]
     regime = points[start:]
     fit = fit_load(regime)
