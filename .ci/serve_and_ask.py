@@ -11,6 +11,7 @@ that has the openai package (the test venv's): the server under test keeps its o
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -59,6 +60,7 @@ def _check(url: str, server: subprocess.Popen[bytes], command: list[str]) -> boo
     try:
         _wait_ready(url, server)
         print(_ask(url))
+        print(_status_page(url))
         return True
     except Exception as exc:  # any failure fails the smoke: say which command and what went wrong
         print(f"serve_and_ask: {' '.join(command)}: {exc!r}", file=sys.stderr)
@@ -110,6 +112,23 @@ def _ask(url: str) -> str:
     if not text or not backend:
         raise AssertionError(f"empty answer or no backend header: {text!r}, backend {backend!r}")
     return f"ok: {model} answered {len(chunks)} chunks via backend {backend}: {text[:40]!r}"
+
+
+def _status_page(url: str) -> str:
+    """The status page and every file it loads come from the installed package (package data), and the
+    feed it reads holds the chat just sent."""
+    files = {"/ui": b'src="/ui/app.js"', "/ui/app.js": b"/gateway/decisions", "/ui/charts.js": b"LineChart"}
+    files["/ui/style.css"] = b"prefers-color-scheme"
+    for path, marker in files.items():
+        with urllib.request.urlopen(url + path, timeout=10) as response:
+            body = response.read()
+        if response.status != 200 or marker not in body:
+            raise AssertionError(f"{path}: HTTP {response.status}, {len(body)} bytes without {marker!r}")
+    with urllib.request.urlopen(url + "/gateway/decisions", timeout=10) as response:
+        feed = json.loads(response.read())["decisions"]
+    if not feed or feed[0]["status"] != 200:
+        raise AssertionError(f"the decision feed does not hold the chat just answered: {feed!r}")
+    return f"ok: /ui and its {len(files) - 1} files served; the feed shows the chat via {feed[0]['backend']}"
 
 
 def _stop(server: subprocess.Popen[bytes]) -> bool:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The product as users install it, checked before any test runs:
 #   1. a plain `pip install .` (no extras) in a clean venv: every module imports, the commands run, every
-#      shipped policy checks, and `serve --fleet` answers a streamed chat from the official openai client;
+#      shipped policy checks, and `serve --fleet` answers a streamed chat from the official openai client
+#      and serves its status page (/ui, package data);
 #   2. the Dockerfile's own install (`pip install --prefix`, then the `spark-gateway` entrypoint from that
 #      prefix on a clean interpreter, from a working directory laid out like the image's /app).
 # Any failure exits non-zero; the servers started here are stopped by .ci/serve_and_ask.py.

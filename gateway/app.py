@@ -31,6 +31,7 @@ from gateway.api.policy_admin import PoolResolver, policy_admin_routes
 from gateway.api.response_ids import ResponseIds
 from gateway.api.shaped import CLIENT_PATHS, SHAPES, CapableRouter, ResponseById, ShapedEndpoint
 from gateway.api.stats import Stats
+from gateway.api.ui import ui_routes
 from gateway.backends.prober import Prober
 from gateway.backends.registry import Registry
 from gateway.backends.scraper import MetricsScraper
@@ -42,6 +43,7 @@ from gateway.engines.on_demand import StartOnDemand
 from gateway.policy.load import PolicyWatcher
 from gateway.policy.schema import Adaptive
 from gateway.proxy.accounting import Accounting
+from gateway.proxy.decision_feed import DecisionFeed
 from gateway.proxy.decode_probe import DecodeProbes, ProbeTarget
 from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job, Observer
 from gateway.proxy.moves import KnobsFor, StreamMoves
@@ -82,6 +84,7 @@ class Gateway:
     measurement: Measurement | None = None  # live windows, engine scraper, snapshots
     engines: EngineManager | None = None  # engine containers found, started and stopped on demand
     response_ids: ResponseIds | None = None  # which backend stored each Responses API response
+    decisions: DecisionFeed = field(default_factory=DecisionFeed)  # recent decisions, as sent (/ui)
 
 
 def build_gateway(
@@ -134,11 +137,13 @@ def build_gateway(
     if engines is not None:
         running.append(engines)
         observers = [*observers, engines.observe]  # each backend's time per request: its queue's cost
+    decisions = DecisionFeed()  # recorded as requests are sent and finish, never while routing
     dispatcher = Dispatcher(
         registry,
         transport,
         settings.limits.max_attempts,
-        [metrics.observe, measurement.observe, *observers, *learn],
+        [metrics.observe, measurement.observe, *observers, *learn, decisions.finished],
+        on_dispatch=[decisions.dispatched],
         reliability=reliability,
         first_content_s=first_content_s(settings),
         resume_streams=settings.limits.resume_streams,
@@ -166,6 +171,7 @@ def build_gateway(
         measurement=measurement,
         response_ids=response_ids,
         engines=engines,
+        decisions=decisions,
     )
 
 
@@ -359,6 +365,7 @@ def build_app(gateway: Gateway) -> Starlette:
         routes += policy_admin_routes(
             explainer, gateway.policy, _pool_resolver(gateway.registry), outlook, parser.limits
         )
+    routes += ui_routes(gateway.decisions, gateway.policy)
     # Last, so it describes exactly the routes registered above.
     served = [*(route.path for route in routes), "/openapi.json"]
     routes.append(Route("/openapi.json", OpenApi(served, _model_names(gateway.registry)), methods=["GET"]))

@@ -9,6 +9,8 @@ echoed in errors.
 
 Who may call what:
 - /health and /ready: always open (container health checks, load balancers).
+- /ui and /ui/...: always open: the status page's own files, which hold no data; the page reads its data
+  from /gateway/... with the admin key the user gives it.
 - /gateway/...: the admin key. With client keys but no admin key, the admin API is closed to everyone:
   a client key must never be enough to change the gateway.
 - /metrics: `metrics: open | client | admin`.
@@ -72,8 +74,8 @@ class ApiKeyAuth:
 
     def need(self, path: str) -> Need:
         """The level a path needs, after taking into account which keys are configured."""
-        if path in _OPEN_PATHS:
-            return "open"
+        if path in _OPEN_PATHS or path == "/ui" or path.startswith("/ui/"):
+            return "open"  # /ui: the status page's static files, no data (its data needs the admin key)
         if path == "/metrics":
             wanted = self._metrics
         elif path == "/gateway" or path.startswith("/gateway/"):

@@ -139,6 +139,7 @@ class CompletionsEndpoint:
             add_usage=stream and not asked_usage,
             exploration=decision.exploration,
             prompt_tokens=decision.prompt_tokens,
+            decision=decision,
         )
         await self._dispatch(job, receive, send)
 

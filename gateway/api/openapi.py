@@ -199,6 +199,7 @@ def _operations() -> dict[str, dict[str, Any]]:
             )
         },
         **_engine_operations(),
+        **_ui_operations(),
     }
 
 
@@ -216,6 +217,41 @@ def _engine_operations() -> dict[str, dict[str, Any]]:
         "/gateway/engines": _get("gatewayEngines", "Engine containers", _responses(document, (401, 403))),
         "/gateway/engines/{name}/start": action("gatewayEngineStart", "Start an engine's container"),
         "/gateway/engines/{name}/stop": action("gatewayEngineStop", "Drain, then stop an engine"),
+    }
+
+
+def _ui_operations() -> dict[str, dict[str, Any]]:
+    """The status page (api/ui.py): its files, open to all (no data in them), and the two admin routes it
+    reads besides /gateway/backends, /gateway/stats and /gateway/engines."""
+    html = {"description": "the status page", "content": {"text/html": _STRING}}
+    asset = {
+        "description": "one of the page's files",
+        "content": {"text/javascript": _STRING, "text/css": _STRING},
+    }
+    name = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
+    limits = [
+        {"name": n, "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}}
+        for n in ("since", "limit")
+    ]
+    feed = {"description": "recent decisions as sent, newest first", "content": _json({"type": "object"})}
+    policy = {"description": "the policy in force and its last reload", "content": _json({"type": "object"})}
+    return {
+        "/ui": _get("statusPage", "The status page", _responses(html), security=[]),
+        "/ui/": _get("statusPageSlash", "The status page", _responses(html), security=[]),
+        "/ui/{name}": _get(
+            "statusPageFile",
+            "A file of the status page",
+            _responses(asset, (404,)),
+            parameters=name,
+            security=[],
+        ),
+        "/gateway/decisions": _get(
+            "gatewayDecisions",
+            "Recent routing decisions",
+            _responses(feed, (400, 401, 403)),
+            parameters=limits,
+        ),
+        "/gateway/policy": _get("gatewayPolicy", "The policy in force", _responses(policy, (401, 403))),
     }
 
 

@@ -99,6 +99,7 @@ class BackendState:
             "name": self.config.name,
             "url": without_credentials(self.config.url),  # credentials are the engine's business only
             "flavor": self.config.flavor,
+            "device": self.config.device,
             "status": str(self.status),
             "detail": self.detail,
             "inflight": self.inflight,

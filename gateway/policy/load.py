@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +215,8 @@ class PolicyWatcher:
         self.current: LoadedPolicy = load_policy(self.path, self._known)
         self._warn(self.current)
         self.last_error: str | None = None
+        # The last reload attempt: (wall-clock epoch seconds, "ok" | "error"); None before the first.
+        self.last_reload: tuple[float, str] | None = None
         self._task = BackgroundTask(
             self._round,
             name=f"policy-watcher:{self.path.name}",
@@ -293,6 +296,7 @@ class PolicyWatcher:
 
     def _count(self, result: str, error: str | None) -> None:
         self._state.counts[result] += 1
+        self.last_reload = (time.time(), result)
         if self._on_reload is not None:
             self._on_reload(result, error)
 

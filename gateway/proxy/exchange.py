@@ -15,7 +15,7 @@ import orjson
 from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.breaker import Outcome
 from gateway.proxy.resume import Resume
-from gateway.records import ExplorationPlan, RequestRecord
+from gateway.records import Decision, ExplorationPlan, RequestRecord
 from gateway.records.endpoints import ENDPOINT_PATHS
 from gateway.settings import PoolConfig
 from gateway.stats.progress import Attempt
@@ -38,6 +38,7 @@ class Job:
     add_usage: bool = False  # the gateway asks for usage the client did not ask for (and strips it)
     exploration: ExplorationPlan | None = None  # the router's plan, applied by `on_dispatch` listeners
     prompt_tokens: int = 0  # the router's estimate of its prompt (0: none): what its prefill will take
+    decision: Decision | None = None  # the router's whole decision, for the decision feed (read only)
     _bodies: dict[str, bytes] = field(default_factory=dict)
 
     def body_for(self, backend: str) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -75,3 +76,6 @@ class Decision:
     exploration: ExplorationPlan | None = None  # booked by the dispatcher when it sends the request
     spill: Spill | None = None  # set when saturation reordered the ranking
     prompt_tokens: int = 0  # the request's estimated prompt tokens (0: not estimated)
+    # What the objective scorer predicted per backend: (TTFT s, TPOT s), either None when not predicted.
+    # Read only after the decision (the decision feed shows it beside what was measured).
+    predicted: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)

@@ -181,7 +181,8 @@ class AdaptiveScorer:
         if later:
             scores.update(self._rank(ctx, later).scores)
         priced = frozenset(p.backend for p in decided.predictions if p.value is not None)
-        return Assessment(scores, decided.plan, priced)
+        predicted = {p.backend: (p.ttft, p.tpot) for p in decided.predictions if p.value is not None}
+        return Assessment(scores, decided.plan, priced, predicted)
 
     def decide(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> Verdict:
         """The verdict over `backends`, the exploration due now included (as a plan: nothing is booked)."""

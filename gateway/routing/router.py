@@ -98,6 +98,7 @@ def schedule(
         exploration=exploration,
         spill=spilled,
         prompt_tokens=ctx.features.prompt_tokens,
+        predicted={name: p for _, a in assessed for name, p in a.predicted.items()},
     )
 
 

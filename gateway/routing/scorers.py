@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.records import BackendSnapshot, ExplorationPlan
@@ -46,6 +46,8 @@ class Assessment:
     # The candidates whose score already prices the queue a request would join there (an adaptive
     # prediction counts the engine's waiting requests and its sequence limit): not spilled from.
     priced: frozenset[str] = frozenset()
+    # (TTFT s, TPOT s) predicted per backend by an objective scorer, kept on the decision for display.
+    predicted: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
 
 class CandidateScorer(Protocol):
