@@ -25,7 +25,8 @@ from gateway.proxy.decision_feed import DecisionFeed
 
 POLL_INTERVAL_S = 2.0
 # One round of the page's reads (the engines listing only when the gateway has engines).
-PAGE_POLLS = ("/gateway/backends", "/gateway/stats", "/gateway/decisions", "/gateway/policy")
+PAGE_POLLS = ("/gateway/backends", "/gateway/stats", "/gateway/decisions?limit=25", "/gateway/policy")
+PAGE_FILES = ("/ui", "/ui/style.css", "/ui/charts.js", "/ui/app.js")
 _ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",

@@ -6,6 +6,9 @@ engine's batching model would be), the gateway on one worker in front of it, and
 load generator. At each concurrency level, N client loops stream back to back, first directly to the
 engine, then through the gateway. Reported per level: added TTFT p50/p99 (time to the first body bytes,
 via minus direct) and the stream throughput ratio (SSE frames received per second, via / direct).
+With `--page-client`, a status page client is connected to the gateway while it is measured: it loads /ui
+and reads what the page reads, at the page's pace (api/ui.py PAGE_POLLS), so the gateway's CPU per frame
+relayed shows what an open status page costs.
 
 All three share the machine's cores, so the table also gives each process's CPU use over the measured
 window (share of one core, from /proc) and the idle share of the whole machine: a gateway near 100% is
@@ -32,6 +35,7 @@ import uvicorn
 import uvloop
 
 from gateway.api.asgi import Receive, Scope, Send, read_body, send_bytes
+from gateway.api.ui import PAGE_FILES, PAGE_POLLS, POLL_INTERVAL_S
 
 JSON = {"content-type": "application/json"}  # the gateway answers 415 to any other body
 
@@ -55,6 +59,7 @@ class Level:
     via_frames_per_s: float
     via_cpu: dict[str, float]  # share of one core per process through the gateway, and machine idle
     gateway_overhead_p50_ms: float  # the gateway's own time before the upstream call (its header)
+    page_rounds: int = 0  # the status page client's rounds of reads during the measured window
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--tokens", type=int, default=EngineShape.tokens, help="tokens per stream")
     parser.add_argument("--itl-ms", type=float, default=EngineShape.itl_s * 1000, help="engine pace")
     parser.add_argument("--transport", default="aiohttp", choices=["aiohttp", "httpx"])
+    parser.add_argument(
+        "--page-client", action="store_true", help="keep a status page client (/ui) polling the gateway"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -84,12 +92,15 @@ def run(args: argparse.Namespace) -> int:
             return 2
     levels = [int(c) for c in args.concurrency.split(",")]
     shape = EngineShape(tokens=args.tokens, itl_s=args.itl_ms / 1000)
-    results = measure(levels, shape, args.seconds, args.transport)
+    results = measure(levels, shape, args.seconds, args.transport, args.page_client)
     if args.json:
         keys = ("concurrency", "added_ttft_p50_ms", "added_ttft_p99_ms", "throughput_ratio")
         print(orjson.dumps({"results": [{k: asdict(r)[k] for k in keys} for r in results]}).decode())
     else:
         print(render(results, shape, args.transport))
+        if args.page_client:
+            rounds = ", ".join(str(r.page_rounds) for r in results)
+            print(f"page client: {rounds} rounds of {len(PAGE_POLLS)} reads, every {POLL_INTERVAL_S:g} s")
     return 0
 
 
@@ -121,7 +132,9 @@ def _per_frame_us(cpu_percent: float, frames_per_s: float) -> float:
     return cpu_percent / 100 / frames_per_s * 1e6 if frames_per_s else 0.0
 
 
-def measure(levels: list[int], shape: EngineShape, seconds: float, transport: str = "aiohttp") -> list[Level]:
+def measure(
+    levels: list[int], shape: EngineShape, seconds: float, transport: str = "aiohttp", page: bool = False
+) -> list[Level]:
     spawn = multiprocessing.get_context("spawn")
     engine_port, gateway_port = _free_port(), _free_port()
     engine = spawn.Process(target=_run_engine, args=(engine_port, shape), daemon=True)
@@ -131,7 +144,7 @@ def measure(levels: list[int], shape: EngineShape, seconds: float, transport: st
     try:
         stream_s = shape.ttft_s + shape.tokens * shape.itl_s
         pids = Pids(engine.pid or 0, gateway.pid or 0)
-        return uvloop.run(_measure_all(levels, engine_port, gateway_port, seconds, stream_s, pids))
+        return uvloop.run(_measure_all(levels, engine_port, gateway_port, seconds, stream_s, pids, page))
     finally:
         for process in (gateway, engine):
             process.terminate()
@@ -139,7 +152,13 @@ def measure(levels: list[int], shape: EngineShape, seconds: float, transport: st
 
 
 async def _measure_all(
-    levels: list[int], engine_port: int, gateway_port: int, seconds: float, stream_s: float, pids: Pids
+    levels: list[int],
+    engine_port: int,
+    gateway_port: int,
+    seconds: float,
+    stream_s: float,
+    pids: Pids,
+    page: bool = False,
 ) -> list[Level]:
     direct_url, via_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}"
     await _wait(direct_url + "/health")
@@ -147,7 +166,7 @@ async def _measure_all(
     results = []
     for concurrency in levels:
         direct = await _load(direct_url, concurrency, seconds, stream_s, pids)
-        via = await _load(via_url, concurrency, seconds, stream_s, pids)
+        via = await _load(via_url, concurrency, seconds, stream_s, pids, page)
         results.append(_compare(concurrency, direct, via))
     return results
 
@@ -158,6 +177,7 @@ class _Run:
     frames_per_s: float
     cpu: dict[str, float]
     overheads: list[float]  # x-gateway-overhead-ms of each measured answer (via the gateway only)
+    page_rounds: int = 0
 
 
 def _compare(concurrency: int, direct: _Run, via: _Run) -> Level:
@@ -176,10 +196,13 @@ def _compare(concurrency: int, direct: _Run, via: _Run) -> Level:
         via_frames_per_s=round(via.frames_per_s, 1),
         via_cpu=via.cpu,
         gateway_overhead_p50_ms=round(pct(via.overheads, 0.5) / 1000, 3) if via.overheads else 0.0,
+        page_rounds=via.page_rounds,
     )
 
 
-async def _load(url: str, concurrency: int, seconds: float, stream_s: float, pids: Pids) -> _Run:
+async def _load(
+    url: str, concurrency: int, seconds: float, stream_s: float, pids: Pids, page: bool = False
+) -> _Run:
     """`concurrency` client loops streaming back to back. Their starts are spread over one stream's
     duration, as independent users would be; started all at once they would stay in lockstep and every
     first token would queue behind a burst of `concurrency` simultaneous arrivals."""
@@ -217,8 +240,35 @@ async def _load(url: str, concurrency: int, seconds: float, stream_s: float, pid
             return _cpu_share(before, _cpu_readings(pids))
 
         cpu = asyncio.ensure_future(sample_cpu())
+        rounds = asyncio.ensure_future(_page_client(session, url, measure_from, stop_at) if page else _none())
         await asyncio.gather(*(client(stream_s * i / concurrency) for i in range(concurrency)))
-    return _Run(ttfts, frames[0] / seconds, await cpu, overheads)
+        return _Run(ttfts, frames[0] / seconds, await cpu, overheads, await rounds)
+
+
+async def _none() -> int:
+    return 0
+
+
+async def _page_client(session: aiohttp.ClientSession, url: str, measure_from: float, stop_at: float) -> int:
+    """What an open status page asks of the gateway: its files once, then its reads every poll. Returns
+    the rounds made within the measured window."""
+    for path in PAGE_FILES:
+        async with session.get(url + path) as response:
+            await response.read()
+    rounds = 0
+
+    async def read(path: str) -> None:
+        async with session.get(url + path) as response:
+            if response.status != 200:
+                raise RuntimeError(f"page client: {path} answered HTTP {response.status}")
+            await response.read()
+
+    while time.perf_counter() < stop_at:
+        started = time.perf_counter()
+        await asyncio.gather(*(read(path) for path in PAGE_POLLS))
+        rounds += measure_from <= started
+        await asyncio.sleep(max(0.0, POLL_INTERVAL_S - (time.perf_counter() - started)))
+    return rounds
 
 
 def _cpu_readings(pids: Pids) -> dict[str, float]:

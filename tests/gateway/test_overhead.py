@@ -31,3 +31,13 @@ def test_overhead_json_has_one_result_per_level() -> None:
     for result in results:
         assert set(result) == {"concurrency", "added_ttft_p50_ms", "added_ttft_p99_ms", "throughput_ratio"}
         assert 0.5 < result["throughput_ratio"] < 1.5
+
+
+def test_overhead_with_a_page_client_reads_the_status_page_while_it_measures() -> None:
+    command = [sys.executable, "-m", "gateway", "bench", "overhead", "--concurrency", "2", "--seconds", "2.5"]
+    done = subprocess.run([*command, "--page-client"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("page client: ") and last.endswith("reads, every 2 s"), last
+    rounds = int(last.split()[2])
+    assert rounds >= 1, last  # every read answered 200, or the run would have failed

@@ -11,7 +11,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+# The repository first, so the `gateway` package wins over the tests/gateway folder of the same name.
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE), str(HERE.parent)]
 
 from ui_harness import browser_page, load, open_breaker, status_stack, wait_gone  # noqa: E402
 

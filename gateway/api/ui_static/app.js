@@ -5,7 +5,7 @@
   const POLL_MS = 2000; // gateway/api/ui.py POLL_INTERVAL_S
   const HISTORY_MS = 10 * 60 * 1000; // what the charts keep: the last ten minutes since the page opened
   const MIN_SPAN_MS = 60 * 1000; // the charts' narrowest time axis, so a new page's points are not a sliver
-  const FEED_ROWS = 25;
+  const FEED_ROWS = 25; // gateway/api/ui.py PAGE_POLLS reads as many
   const KEY = "spark-gateway-admin-key";
   const $ = (id) => document.getElementById(id);
   const state = { history: {}, order: [], backends: [], engines: true, timer: null, clockSkew: 0 };
@@ -61,10 +61,10 @@
       state.engines = engines !== null;
       showContent(true);
       render(backends, stats, decisions, policy, engines);
-      $("updated").textContent = "Updated " + new Date().toLocaleTimeString() + ", every " + POLL_MS / 1000 + " s";
+      state.updated = Date.now() / 1000 - state.clockSkew;
     } catch (err) {
       if (err && err.auth) { askForKey(err.auth === 403 ? "That key is not the admin key." : key() ? "That key was refused." : ""); return; }
-      notice("Cannot reach the gateway: " + (err && err.message ? err.message : err) + " (retrying)");
+      notice("Cannot reach the gateway: " + (err && err.message ? err.message : err) + " (retrying)", true);
     }
     state.timer = setTimeout(poll, POLL_MS);
   }
@@ -78,7 +78,7 @@
     renderShare(stats);
     renderDecisions(decisions);
     renderPolicy(policy);
-    notice("");
+    if (state.failing) notice(""); // the gateway answers again; an action's outcome stays shown
   }
 
   // ---------- fleet ----------
@@ -130,11 +130,16 @@
       ];
       for (const [k, v] of rows) { dl.appendChild(el("dt", k)); dl.appendChild(el("dd", v)); }
       card.appendChild(dl);
-      const detail = b.stall_detail || b.detail;
+      const detail = cls === "breaker" ? breakerDetail(b.breaker) : b.stall_detail || b.detail;
       if (detail && cls !== "ready") card.appendChild(el("p", detail, "detail"));
       box.appendChild(card);
     }
     tick();
+  }
+
+  function breakerDetail(breaker) {
+    const failures = breaker.consecutive_failures + " failures in a row, " + breaker.window_failures + " in its window";
+    return failures + "; opened " + breaker.times_opened + (breaker.times_opened === 1 ? " time" : " times");
   }
 
   // Once a second: warm-up countdowns and relative times move between polls.
@@ -147,6 +152,7 @@
       eta.dataset.seconds = String(Math.round(left));
     }
     for (const node of document.querySelectorAll("[data-at]")) node.textContent = ago(Number(node.dataset.at));
+    if (state.updated) $("updated").textContent = "Updated " + ago(state.updated) + ", every " + POLL_MS / 1000 + " s";
   }
 
   // ---------- engines ----------
@@ -353,7 +359,10 @@
   }
 
   // ---------- key and page state ----------
-  function notice(text) { if ($("notice").textContent !== text) $("notice").textContent = text; }
+  function notice(text, failing) {
+    state.failing = Boolean(failing);
+    if ($("notice").textContent !== text) $("notice").textContent = text;
+  }
   function showContent(shown) {
     $("content").hidden = !shown;
     $("keyform").hidden = shown;

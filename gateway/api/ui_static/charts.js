@@ -25,7 +25,7 @@
   // series: [{name, index, points: [[epochMs, value|null], ...]}]; opts: {windowMs, now, unit}
   function draw(canvas, series, opts) {
     const ctx = canvas.getContext("2d");
-    const w = canvas.width, h = canvas.height, left = 44, right = 70, top = 8, bottom = 22;
+    const w = canvas.width, h = canvas.height, left = 44, right = 96, top = 8, bottom = 22;
     const fg = getComputedStyle(document.body).color;
     ctx.clearRect(0, 0, w, h);
     ctx.font = "11px system-ui, sans-serif";
@@ -63,7 +63,7 @@
     let prev = -Infinity;
     for (const label of labels) {
       const yy = Math.max(label.y + 4, prev + 12);
-      ctx.fillStyle = label.color; ctx.fillText(label.text.slice(0, 14), w - right + 3, Math.min(yy, h - bottom));
+      ctx.fillStyle = label.color; ctx.fillText(label.text.slice(0, 18), w - right + 3, Math.min(yy, h - bottom));
       prev = yy;
     }
   }
