@@ -59,7 +59,8 @@ class Level:
     via_frames_per_s: float
     via_cpu: dict[str, float]  # share of one core per process through the gateway, and machine idle
     gateway_overhead_p50_ms: float  # the gateway's own time before the upstream call (its header)
-    page_rounds: int = 0  # the status page client's rounds of reads during the measured window
+    page_rounds: int = 0  # the status page client's rounds of reads started in the measured window
+    page_round_max_ms: float = 0.0  # its slowest round: how long the page waited for its data
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
         print(render(results, shape, args.transport))
         if args.page_client:
             rounds = ", ".join(str(r.page_rounds) for r in results)
+            slowest = ", ".join(f"{r.page_round_max_ms:.0f}" for r in results)
             print(f"page client: {rounds} rounds of {len(PAGE_POLLS)} reads, every {POLL_INTERVAL_S:g} s")
+            print(f"page client's slowest round: {slowest} ms")
     return 0
 
 
@@ -178,6 +181,7 @@ class _Run:
     cpu: dict[str, float]
     overheads: list[float]  # x-gateway-overhead-ms of each measured answer (via the gateway only)
     page_rounds: int = 0
+    page_round_max_ms: float = 0.0
 
 
 def _compare(concurrency: int, direct: _Run, via: _Run) -> Level:
@@ -197,6 +201,7 @@ def _compare(concurrency: int, direct: _Run, via: _Run) -> Level:
         via_cpu=via.cpu,
         gateway_overhead_p50_ms=round(pct(via.overheads, 0.5) / 1000, 3) if via.overheads else 0.0,
         page_rounds=via.page_rounds,
+        page_round_max_ms=via.page_round_max_ms,
     )
 
 
@@ -242,20 +247,23 @@ async def _load(
         cpu = asyncio.ensure_future(sample_cpu())
         rounds = asyncio.ensure_future(_page_client(session, url, measure_from, stop_at) if page else _none())
         await asyncio.gather(*(client(stream_s * i / concurrency) for i in range(concurrency)))
-        return _Run(ttfts, frames[0] / seconds, await cpu, overheads, await rounds)
+        page_rounds, page_max = await rounds
+        return _Run(ttfts, frames[0] / seconds, await cpu, overheads, page_rounds, page_max)
 
 
-async def _none() -> int:
-    return 0
+async def _none() -> tuple[int, float]:
+    return 0, 0.0
 
 
-async def _page_client(session: aiohttp.ClientSession, url: str, measure_from: float, stop_at: float) -> int:
+async def _page_client(
+    session: aiohttp.ClientSession, url: str, measure_from: float, stop_at: float
+) -> tuple[int, float]:
     """What an open status page asks of the gateway: its files once, then its reads every poll. Returns
-    the rounds made within the measured window."""
+    the rounds started within the measured window and the slowest round's time in ms."""
     for path in PAGE_FILES:
         async with session.get(url + path) as response:
             await response.read()
-    rounds = 0
+    rounds, slowest = 0, 0.0
 
     async def read(path: str) -> None:
         async with session.get(url + path) as response:
@@ -266,9 +274,11 @@ async def _page_client(session: aiohttp.ClientSession, url: str, measure_from: f
     while time.perf_counter() < stop_at:
         started = time.perf_counter()
         await asyncio.gather(*(read(path) for path in PAGE_POLLS))
-        rounds += measure_from <= started
-        await asyncio.sleep(max(0.0, POLL_INTERVAL_S - (time.perf_counter() - started)))
-    return rounds
+        took = time.perf_counter() - started
+        rounds += measure_from <= started < stop_at
+        slowest = max(slowest, took * 1000)
+        await asyncio.sleep(max(0.0, POLL_INTERVAL_S - took))
+    return rounds, round(slowest, 1)
 
 
 def _cpu_readings(pids: Pids) -> dict[str, float]:
