@@ -1,8 +1,9 @@
 """The status page (/ui) in Debian's chromium, headless, driven by Playwright, against a gateway over a twin
-fleet (ui_harness.py): every backend's status as the gateway has it, a warming backend's ETA counting
-down, charts that move while clients stream, a decision feed that agrees with the x-gateway-backend
-headers the clients saw, no data without the admin key when keys are configured, no credential of a
-backend URL anywhere, and a page usable at phone width with the keyboard alone."""
+fleet (ui_harness.py): every backend's status as the gateway has it (ready, warming, stalled, breaker
+open, dead), a warming backend's ETA counting down, charts that move while clients stream, a decision
+feed that agrees with the x-gateway-backend headers the clients saw, no data without the admin key when
+keys are configured, no credential of a backend URL anywhere, and a page usable at phone width with the
+keyboard alone."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ui_harness import (
     browser_page,
     load,
     open_breaker,
+    stalled,
     status_stack,
     wait_gone,
 )
@@ -28,6 +30,7 @@ EXPECTED = {
     "cold-fp8": ("warming", "warming up"),
     "flaky-fp8": ("breaker", "breaker open"),
     "gone-fp8": ("dead", "dead"),
+    "hung-fp8": ("stalled", "stalled"),
 }
 
 
@@ -43,11 +46,12 @@ async def _eta(page: Any) -> tuple[int, str]:
 
 
 async def test_every_backend_shows_its_status_and_the_warming_eta_counts_down() -> None:
-    async with status_stack() as stack, browser_page() as page:
+    async with status_stack() as stack, browser_page() as page, stalled(stack):
         await open_breaker(stack)
         await wait_gone(stack)
         await page.goto(stack.url + "/ui")
         await page.wait_for_selector('.card[data-backend="gone-fp8"][data-status="dead"]', timeout=10_000)
+        await page.wait_for_selector('.card[data-backend="hung-fp8"][data-status="stalled"]', timeout=10_000)
         # Each state in words on its badge, not only in the card's colour.
         assert await _cards(page) == EXPECTED
         # The countdown agrees with the gateway's own ETA and moves with the clock between polls.

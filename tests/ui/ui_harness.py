@@ -5,7 +5,8 @@ The fleet (all in this process, on ephemeral ports of 127.0.0.1): seed 000's pai
 (`q475-dflash` speculative, `fp8-vision`), both ready; `cold-fp8` in their pool, still loading its weights
 (warming, with the flavor's expected warm-up); `flaky-fp8` alone in pool `flaky`, failing every request
 (its breaker opens once clients send it a few); `gone-fp8` alone in pool `gone`, which stops listening a
-few seconds in after having served (dead). No browser is downloaded: without /usr/bin/chromium (Debian's
+few seconds in after having served (dead); `hung-fp8` alone in pool `hung`, which stops answering a few
+seconds in, a stream in flight (stalled). No browser is downloaded: without /usr/bin/chromium (Debian's
 `chromium` package) or the playwright package, the tests skip and say which is missing.
 """
 
@@ -47,6 +48,7 @@ CHROMIUM_ARGS = [
 TIME_SCALE = 50.0  # simulated seconds per real second
 MODEL = "Qwen3.6-35B-A3B"
 GONE_AFTER_S = 4.0  # real seconds after the fleet starts that gone-fp8 stops listening
+HANG_AFTER_S = 6.0  # and that hung-fp8 stops answering
 ADMIN_KEY = "sk-admin-test-0123456789"
 CLIENT_KEY = "sk-client-test-0123456789"
 BACKEND_SECRET = "s3cret-in-url"  # a credential in a backend URL: must never reach the page
@@ -74,6 +76,13 @@ def status_fleet() -> FleetSpec:
                 "name": "gone-fp8",
                 "served_model_name": "gone",
                 "faults": _faults(crash_at_s=GONE_AFTER_S * TIME_SCALE),
+            }
+        ),
+        vision.model_copy(
+            update={
+                "name": "hung-fp8",
+                "served_model_name": "hung",
+                "faults": _faults(hang_at_s=HANG_AFTER_S * TIME_SCALE),
             }
         ),
     ]
@@ -112,7 +121,8 @@ async def status_stack(keys: bool = False) -> AsyncIterator[StatusStack]:
             client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=30)
             stack = StatusStack(twins, gateway, url, http, client)
             try:
-                await _wait_for(stack, {"q475-dflash": "ready", "fp8-vision": "ready", "gone-fp8": "ready"})
+                ready = ("q475-dflash", "fp8-vision", "gone-fp8", "hung-fp8")
+                await _wait_for(stack, dict.fromkeys(ready, "ready"))
                 yield stack
             finally:
                 await client.close()
@@ -165,6 +175,32 @@ async def open_breaker(stack: StatusStack) -> None:
                 await stack.client.chat.completions.create(
                     model="flaky", messages=[{"role": "user", "content": "hi"}], max_tokens=4
                 )
+
+
+@contextlib.asynccontextmanager
+async def stalled(stack: StatusStack) -> AsyncIterator[None]:
+    """A long stream on hung-fp8 in flight when it stops answering, until the gateway calls it stalled."""
+    request = stack.client.chat.completions.create(
+        model="hung",
+        messages=[{"role": "user", "content": "Tell me a long story."}],
+        max_tokens=100_000,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+
+    async def read() -> None:
+        async for _ in await request:
+            pass
+
+    task = asyncio.create_task(read())
+    try:
+        async with asyncio.timeout(HANG_AFTER_S + 20):
+            while stack.gateway.registry.backends["hung-fp8"].stalled_since is None:
+                await asyncio.sleep(0.05)
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def wait_gone(stack: StatusStack) -> None:

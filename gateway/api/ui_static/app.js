@@ -125,7 +125,7 @@
       const rows = [
         ["Flavor", b.flavor || "–"], ["Device", b.device || "own"], ["Capabilities", caps],
         ["Context", tokens(b.context_length)],
-        ["In flight", b.inflight + (b.max_concurrency ? " of " + b.max_concurrency : "") + " requests"],
+        ["In flight", b.inflight + (b.max_concurrency ? " of " + b.max_concurrency : "") + (b.inflight === 1 && !b.max_concurrency ? " request" : " requests")],
         ["Queue", (engine.waiting != null ? engine.waiting + " in the engine, " : "") + queue + " at the gateway"],
       ];
       for (const [k, v] of rows) { dl.appendChild(el("dt", k)); dl.appendChild(el("dd", v)); }
@@ -178,7 +178,7 @@
       const tr = el("tr");
       tr.dataset.engine = e.name;
       const cells = [e.name, e.model, e.phase + (e.detail ? " (" + e.detail + ")" : ""), e.device || "–",
-        gib(e.memory_gib), e.inflight + " requests", e.idle_s == null ? "–" : duration(e.idle_s)];
+        gib(e.memory_gib), e.inflight + (e.inflight === 1 ? " request" : " requests"), e.idle_s == null ? "–" : duration(e.idle_s)];
       for (const c of cells) tr.appendChild(el("td", c));
       const td = el("td");
       if (e.managed) {
