@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from ui_harness import (
@@ -127,7 +128,9 @@ async def _charts(page: Any) -> dict[str, dict[str, Any]]:
 
 
 async def test_with_keys_the_page_shows_nothing_without_the_admin_key_and_never_a_credential() -> None:
-    async with status_stack(keys=True) as stack, browser_page() as page:
+    async with status_stack(keys=True, routing="adaptive") as stack, browser_page() as page:
+        async with load(stack):  # with the client key: measured cells, so decisions carry predictions
+            await asyncio.sleep(3 * POLL_S)
         answers: list[Any] = []  # every answer the page got from /gateway/...
         page.on("response", lambda r: answers.append(r) if "/gateway/" in r.url else None)
         await page.goto(stack.url + "/ui")
@@ -155,6 +158,10 @@ async def test_with_keys_the_page_shows_nothing_without_the_admin_key_and_never_
         shown = await page.content() + "".join(body for _, body in bodies)
         assert BACKEND_SECRET not in shown and "ops:" not in shown
         assert any(status == 200 and "q475-dflash" in body for status, body in bodies)
+        # Routed adaptively, the feed shows each request's measured TTFT and speed beside the prediction.
+        cells = await page.locator("#decision-rows td.num").all_inner_texts()
+        assert any(re.fullmatch(r"\d+ ms / \d+ ms", c) for c in cells), cells
+        assert any(re.fullmatch(r"\d+ tok/s / \d+ tok/s", c) for c in cells), cells
         # Forgetting the key hides the data again.
         await page.click("#forget")
         assert await page.locator("#content").is_hidden()

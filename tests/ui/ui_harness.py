@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import importlib.util
 import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,11 +107,29 @@ class StatusStack:
 
 
 @contextlib.asynccontextmanager
-async def status_stack(keys: bool = False) -> AsyncIterator[StatusStack]:
+async def status_stack(keys: bool = False, routing: str = "static") -> AsyncIterator[StatusStack]:
+    """`routing`: the policy's routing, static as shipped or adaptive (decisions carry predictions)."""
     spec = status_fleet()
+    with tempfile.TemporaryDirectory() as folder:
+        policy = routed_policy(Path(folder), routing)
+        async with _stack(spec, policy, keys) as stack:
+            yield stack
+
+
+def routed_policy(folder: Path, routing: str) -> Path:
+    """The fleet's shipped policy with its profiles' routing set to `routing`."""
+    text = (REPO / "policies" / "spark-home.yaml").read_text()
+    assert "\nrouting: static\n" in text
+    path = folder / f"spark-home-{routing}.yaml"
+    path.write_text(text.replace("\nrouting: static\n", f"\nrouting: {routing}\n"))
+    return path
+
+
+@contextlib.asynccontextmanager
+async def _stack(spec: FleetSpec, policy: Path, keys: bool) -> AsyncIterator[StatusStack]:
     async with TwinFleet(spec, time_scale=TIME_SCALE, ephemeral_ports=True) as twins:
         urls = {name: _with_secret(twins.url(name)) for name in twins.names}
-        settings = _settings(spec, urls, keys)
+        settings = _settings(spec, urls, policy, keys)
         gateway = build_gateway(settings)
         headers = {"authorization": f"Bearer {ADMIN_KEY}"} if keys else {}
         async with (
@@ -133,7 +152,7 @@ def _with_secret(url: str) -> str:
     return f"{scheme}://ops:{BACKEND_SECRET}@{rest}"
 
 
-def _settings(spec: FleetSpec, urls: dict[str, str], keys: bool) -> Any:
+def _settings(spec: FleetSpec, urls: dict[str, str], policy: Path, keys: bool) -> Any:
     backends = [
         {
             "name": e.name,
@@ -153,7 +172,7 @@ def _settings(spec: FleetSpec, urls: dict[str, str], keys: bool) -> Any:
         None,
         backends=backends,
         pools=pools,
-        policy=REPO / "policies" / "spark-home.yaml",
+        policy=policy,
         # An opened breaker stays open for the whole test; probes poll warming backends every second.
         breaker={"cooldown_s": 120.0, "max_cooldown_s": 120.0, "failure_threshold": 3},
         probe={"interval_s": 0.5, "starting_interval_s": 0.5, "timeout_s": 1.0},
