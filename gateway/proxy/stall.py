@@ -29,8 +29,10 @@ tell a slow engine from a stuck one in two steps (allowances: proxy/stall_pace.p
   fail over: the relay holds a stream's head and role frame until the first content, so nothing reached
   their clients. Streams under way there, silent past the floor, end with an error frame. The same
   happens to attempts waiting on a backend the prober declared dead.
-- Recovery is at once: progress (or a readiness probe's answer) clears the mark; an unresponsive one is
-  also cleared by an answered scrape.
+- Recovery is at once: progress clears the mark; an unresponsive one is also cleared by an answered
+  probe or scrape. A wedged engine answers those too, so a stall found without progress, once nothing
+  is left there to show any, lifts after `RECHECK_S` (doubled each time it is found stalled again) and
+  its next request tells.
 
 Checks run on a timer (`check_interval_s`) only while attempts are in flight, so the hot path pays a
 set insertion per attempt and nothing per chunk: content is noticed from the stream meter's frame count.
@@ -57,6 +59,10 @@ log = logging.getLogger("gateway.stall")
 # timed-out probe (5 s by default) or two /metrics scrapes in a row (0.8 s each at the default 1 s
 # interval); one slow scrape on a loaded host is not enough. (A settings knob to come: stall.unanswered_s.)
 UNANSWERED_S = 1.5
+# A stalled backend with nothing left in flight is given its next request after this wait, doubled each
+# time it is found stalled again without progress in between, up to the most.
+RECHECK_S = 30.0
+RECHECK_MAX_S = 300.0
 
 
 @dataclass(eq=False, slots=True)
@@ -69,6 +75,7 @@ class Watched:
     sent: float  # gateway.clock.monotonic, the stream meter's clock
     prompt_tokens: int
     order: int = 0  # when it entered, among all attempts (the queue ahead of it on its backend)
+    ahead_tokens: int = 0  # the prompts waiting for their first content there when it entered
     # Set while it may be cut: waiting for its first content (cutting it fails over), or a stream under
     # way (`committed`: cutting it ends the stream with an error frame).
     scope: asyncio.Timeout | None = None
@@ -106,6 +113,7 @@ class _Backend:
     heard_at: float = 0.0  # its last sign of life of any kind: content, an answer, a probe or scrape answered
     unanswered_s: float = 0.0  # control-plane wait left unanswered since `heard_at`
     unresponsive: bool = False  # the mark is for an unresponsive control plane (a scrape answer lifts it)
+    rechecks: int = 0  # marks lifted without progress since its last progress
     suspected: int = 0
     stalls: int = 0
     cleared: int = 0
@@ -132,6 +140,7 @@ class StallWatch:
         watched = Watched(backend, stream, now, monotonic(), body_bytes // BYTES_PER_TOKEN, next(self._order))
         watched.last_seen = now
         b = self._backend(backend)
+        watched.ahead_tokens = sum(w.prompt_tokens for w in b.attempts if _waiting(w))
         if not b.attempts:
             b.busy_from = now
             b.quiet_from = max(b.quiet_from, now)  # silence counts from when it became busy
@@ -152,10 +161,23 @@ class StallWatch:
     def control_answered(self, backend: str) -> None:
         """A probe or scrape of `backend` was answered: its server runs (backends/control_plane.py)."""
         b = self._backend(backend)
-        b.heard_at, b.unanswered_s = self.clock(), 0.0
-        lifted = b.marked and b.unresponsive  # a stall found on silent streams waits for progress
-        if lifted and self.registry.note_unstalled(backend, "answered a probe or scrape"):
-            b.marked = False
+        now = b.heard_at = self.clock()
+        b.unanswered_s = 0.0
+        if not b.marked:
+            return
+        if b.unresponsive:  # it answers again (a stopped process continued): back at once
+            if self.registry.note_unstalled(backend, "answered a probe or scrape"):
+                b.marked = False
+            return
+        # A wedged engine answers its control plane too: only progress lifts this mark. With nothing
+        # left there nothing can show progress, so after a wait, longer each time it proves no better,
+        # the mark lifts and its next request tells.
+        since = self.registry.backends[backend].stalled_since
+        wait = min(RECHECK_MAX_S, RECHECK_S * 2**b.rechecks)
+        if b.attempts or since is None or now - since < wait:
+            return
+        if self.registry.note_unstalled(backend, f"nothing in flight there for {now - since:.0f}s"):
+            b.marked, b.rechecks = False, b.rechecks + 1
 
     def control_unanswered(self, backend: str, waited_s: float) -> None:
         """A probe or scrape of `backend` got no answer within `waited_s`."""
@@ -178,7 +200,9 @@ class StallWatch:
         meter = watched.meter
         if meter is None or meter.first_token_at is None or watched.cut is not None:
             return  # nothing measured, or cut for its silence: no sign of life, no sample
-        b.pace.measured(watched.prompt_tokens, meter.first_token_at - watched.sent, meter.itl)
+        # What the engine prefilled before this first token: its prompt and those that waited ahead.
+        prefilled = watched.ahead_tokens + watched.prompt_tokens
+        b.pace.measured(prefilled, meter.first_token_at - watched.sent, meter.itl)
         if meter.content_frames != watched.frames:  # content since the last check
             self._alive(watched.backend, "produced tokens")
 
@@ -219,7 +243,7 @@ class StallWatch:
             "suspicions": counts.suspected,
             "stalls": counts.confirmed,
             "cleared_by_progress": counts.cleared,
-            "prefill_tokens_per_s": round(b.pace.rate(), 1),
+            "prefill_tokens_per_s": round(b.pace.rate(self.config), 1),
             "allowed_silence_s": round(self.allowed_silence(backend), 2),
         }
 
@@ -384,7 +408,7 @@ class StallWatch:
         b = self._backend(backend)
         now = self.clock()
         b.quiet_from = b.heard_at = b.pace.progress_at = now
-        b.unanswered_s = 0.0
+        b.unanswered_s, b.rechecks = 0.0, 0
         if b.marked:
             if self.registry.note_unstalled(backend, how):
                 b.marked = False

@@ -46,8 +46,8 @@ class StallSettings(Strict):
     # Before this backend measured its own prefill rate, a prompt of N tokens (estimated at 4 bytes of
     # body per token) is allowed N / this many seconds before its first content, on top of the floor, with
     # the prompts ahead of it added. Conservative on purpose (a GB10 prefills ~6,000 tok/s of a 27B
-    # model). The rate used is the lower of this and the engine's measured one, so a slower device, a
-    # bigger model or a busy host is never taken for a hung one.
+    # model), so a slower device, a bigger model or a busy host is not taken for a hung one; once
+    # measured, half the backend's own median rate replaces it.
     prefill_tokens_per_s: float = Field(default=300.0, gt=0)
     # The same prior for llama.cpp engines, which run on smaller devices and CPUs as often as not.
     llamacpp_prefill_tokens_per_s: float = Field(default=100.0, gt=0)

@@ -77,14 +77,14 @@ async def test_the_first_content_allowance_is_the_prompt_and_the_queue_ahead_at_
     assert watch.allowed_silence("a") == 3.0  # once answered, their prompts are no longer waiting
 
 
-async def test_a_measured_prefill_rate_only_ever_widens_the_allowance() -> None:
+async def test_a_measured_prefill_rate_replaces_the_prior_with_a_margin() -> None:
     watch, _ = make(FakeClock(), prefill_tokens_per_s=1000.0)
     for _ in range(5):
         finished_stream(watch, "a", ttft_s=1.0, gaps=[0.05], body=40_000)  # 10k tokens/s: faster
         finished_stream(watch, "b", ttft_s=100.0, gaps=[0.05], body=40_000)  # 100 tokens/s: slower
     a, b = watch.enter("a", True, 40_000), watch.enter("b", True, 40_000)
-    assert watch.first_content_allowed(a) == pytest.approx(3.0 + 10.0)  # the prior's 1000 tokens/s
-    assert watch.first_content_allowed(b) == pytest.approx(3.0 + 100.0)  # its own 100 tokens/s
+    assert watch.first_content_allowed(a) == pytest.approx(3.0 + 2.0)  # 10k tokens/s, at half speed
+    assert watch.first_content_allowed(b) == pytest.approx(3.0 + 200.0)  # 100 tokens/s, at half speed
 
 
 async def test_a_silent_backend_is_stalled_its_waiting_attempt_cut_and_a_byte_brings_it_back() -> None:
