@@ -29,6 +29,7 @@ class _Names:
     kv_usage: tuple[str, ...]
     prompt_tokens: tuple[str, ...]
     generation_tokens: tuple[str, ...]
+    steps: tuple[str, ...] = ()  # a counter of engine steps, where the flavor has one
     drafts: str | None = None
     draft_tokens: str | None = None
     accepted_tokens: str | None = None
@@ -44,6 +45,7 @@ _NAMES: dict[Flavor, _Names] = {
         kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),  # renamed in 0.9.2
         prompt_tokens=("vllm:prompt_tokens_total",),
         generation_tokens=("vllm:generation_tokens_total",),
+        steps=("vllm:iteration_tokens_total_count",),  # one observation per engine step
         drafts="vllm:spec_decode_num_drafts_total",
         draft_tokens="vllm:spec_decode_num_draft_tokens_total",
         accepted_tokens="vllm:spec_decode_num_accepted_tokens_total",
@@ -64,6 +66,7 @@ _NAMES: dict[Flavor, _Names] = {
         kv_usage=("llamacpp:kv_cache_usage_ratio",),  # only builds from before llama.cpp#13660
         prompt_tokens=("llamacpp:prompt_tokens_total",),
         generation_tokens=("llamacpp:tokens_predicted_total",),
+        steps=("llamacpp:n_decode_total",),  # one per llama_decode call, prompt batches included
         drafts="llamacpp:spec_decode_num_drafts_total",
         draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
         accepted_tokens="llamacpp:spec_decode_num_accepted_tokens_total",
@@ -94,6 +97,7 @@ class EngineMetrics:
     kv_usage: float | None = None  # fraction 0..1 of the KV pool in use
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
+    steps_total: float | None = None  # engine steps (vLLM iterations, llama.cpp decode calls)
     spec: SpecCounters | None = None  # None: the engine exposes no speculative counters
     spec_accept_length: float | None = None  # SGLang's gauge (accepted drafts + bonus token per step)
     spec_accept_rate: float | None = None  # SGLang's gauge (accepted / proposed drafts)
@@ -119,7 +123,7 @@ class SpecAcceptance:
 
 def _wanted(names: _Names) -> frozenset[str]:
     found: list[str] = [*names.running, *names.waiting, *names.kv_usage]
-    found += [*names.prompt_tokens, *names.generation_tokens, _LLAMACPP_CACHED]
+    found += [*names.prompt_tokens, *names.generation_tokens, *names.steps, _LLAMACPP_CACHED]
     optional = (names.drafts, names.draft_tokens, names.accepted_tokens, names.accepted_per_pos)
     found += [n for n in (*optional, names.accept_length_gauge, names.accept_rate_gauge) if n]
     return frozenset(found)
@@ -216,10 +220,32 @@ def parse_metrics(text: str, flavor: Flavor) -> EngineMetrics:
         kv_usage=_max(index, names.kv_usage),
         prompt_tokens_total=prompt,
         generation_tokens_total=_sum(index, names.generation_tokens),
+        steps_total=_sum(index, names.steps),
         spec=_spec_counters(index, names),
         spec_accept_length=gauge_length,
         spec_accept_rate=gauge_rate,
     )
+
+
+def progress_counters(metrics: EngineMetrics) -> tuple[float | None, ...] | None:
+    """What moves while an engine computes, and only then: prompt and generation tokens, steps, and the
+    KV cache in use (which grows with each chunk of a long prefill, before any token is counted). None
+    when the exposition has none of them. Queue gauges are left out: requests arriving at a wedged
+    engine change them."""
+    values = (
+        metrics.prompt_tokens_total,
+        metrics.generation_tokens_total,
+        metrics.steps_total,
+        metrics.kv_usage,
+    )
+    return values if any(v is not None for v in values) else None
+
+
+def progressed(previous: EngineMetrics | None, current: EngineMetrics) -> bool:
+    """The engine computed something between two scrapes (a restart, counters going down, counts)."""
+    before = progress_counters(previous) if previous is not None else None
+    now = progress_counters(current)
+    return before is not None and now is not None and before != now
 
 
 def _delta(previous: float | None, current: float | None, reset: bool) -> float | None:

@@ -117,8 +117,6 @@ class Prober:
                 self.listener.control_answered(name)
             verdict = flavor.judge(status, body, state.ever_ready)
             new, detail = self._judged(state, verdict), f"{flavor.health_path} -> {status}"
-            if verdict is Verdict.READY:  # it produces bytes again: a stalled backend is back at once
-                self.registry.note_unstalled(name, "answered a readiness probe")
         if new is Status.READY and state.status is not Status.READY:
             await self._discover(state)
         if self.registry.set_status(name, new, detail):

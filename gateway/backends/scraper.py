@@ -13,7 +13,8 @@ their credentials.
 Each answer (any status) and each timeout is also reported to `listener` (backends/control_plane.py: the
 hang watch), except a llama.cpp scrape's timeout: its /metrics waits for the engine's loop (one batch
 step, seconds on a slow device during a long prefill), so only its /health, answered beside that loop,
-speaks for it.
+speaks for it. A good scrape also tells it whether the engine's progress counters moved since the
+previous one (engine_metrics.progressed): the hang watch's evidence that a slow engine is working.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from gateway.backends.engine_metrics import (
     SpecAcceptance,
     acceptance_between,
     parse_metrics,
+    progress_counters,
+    progressed,
 )
 from gateway.backends.fetch import Fetch
 from gateway.clock import monotonic
@@ -192,6 +195,9 @@ class MetricsScraper:
             return
         self._latest[target.backend] = result
         self._failures_of(target).ok()
+        if self.listener is not None and progress_counters(result.metrics) is not None:
+            moved = progressed(previous.metrics if previous is not None else None, result.metrics)
+            self.listener.engine_progress(target.backend, moved)
 
     def _fail(self, target: ScrapeTarget, why: str) -> None:
         if self._targets.get(target.backend) != target:

@@ -83,6 +83,7 @@ class Reliability:
             out["slots"] = {"inflight": load.inflight, "limit": load.limit, "ready": load.ready}
         if backend in self.warmups.registry.backends:
             out.update(self.warmups.details(backend))
+            out["stall_watch"] = self.stall.details(backend)
         return out
 
     def warming_refusal(self, pool: str, backends: Iterable[str], ahead_s: float = 0.0) -> Refused | None:
@@ -164,30 +165,37 @@ class ReliabilityCollector(Collector):
         registry = self.reliability.warmups.registry
         stalled = GaugeMetricFamily(
             "gateway_backend_stalled",
-            "1 while the backend is stalled: no bytes for far longer than its measured times",
+            "1 while the backend is stalled: its engine made no progress for longer than its work explains",
             labels=["backend"],
         )
-        found = CounterMetricFamily(
-            "gateway_backend_stalls", "Times the backend was found stalled", labels=["backend"]
-        )
-        moved = CounterMetricFamily(
-            "gateway_backend_stall_failovers",
-            "Requests waiting for their first content on a stalled or dead backend, moved elsewhere",
-            labels=["backend"],
-        )
-        ended = CounterMetricFamily(
-            "gateway_backend_stall_stream_ends",
-            "Streams under way on a stalled backend, ended with an error frame before the idle timeout",
-            labels=["backend"],
-        )
+        counters = {
+            "suspected": (
+                "gateway_backend_stall_suspicions",
+                "Times the backend's requests waited longer than their work explains (suspected of a stall)",
+            ),
+            "confirmed": ("gateway_backend_stalls", "Times the backend was found stalled (confirmed)"),
+            "cleared": (
+                "gateway_backend_stall_cleared_by_progress",
+                "Suspicions cleared by the engine's own "
+                "progress (bytes or /metrics counters): slow, not stalled",
+            ),
+            "moved": (
+                "gateway_backend_stall_failovers",
+                "Requests waiting for their first content on a stalled or dead backend, moved elsewhere",
+            ),
+            "ended": (
+                "gateway_backend_stall_stream_ends",
+                "Streams under way on a stalled backend, ended with an error frame before the idle timeout",
+            ),
+        }
+        families = {
+            key: CounterMetricFamily(name, text, labels=["backend"]) for key, (name, text) in counters.items()
+        }
         counts = self.reliability.stall.counts()
         for name, state in registry.backends.items():
             stalled.add_metric([name], 0.0 if state.stalled_since is None else 1.0)
-            times, failovers, ends = counts.get(name, (0, 0, 0))
-            found.add_metric([name], times)
-            moved.add_metric([name], failovers)
-            ended.add_metric([name], ends)
+            of = counts.get(name)
+            for key, family in families.items():
+                family.add_metric([name], getattr(of, key) if of is not None else 0)
         yield stalled
-        yield found
-        yield moved
-        yield ended
+        yield from families.values()

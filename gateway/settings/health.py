@@ -32,17 +32,26 @@ class BreakerSettings(Strict):
 
 
 class StallSettings(Strict):
-    """Hang detection from what the gateway measures (docs/reliability.md, Stalled backends): a backend
-    whose in-flight streams produce no byte for far longer than it usually takes is stalled; new requests
-    avoid it and the requests waiting there for their first content fail over."""
+    """Hang detection (docs/reliability.md, Stalled backends): a backend whose requests wait far longer
+    than their work explains is suspected, and stalled only once the engine's own progress (its streams'
+    bytes, its /metrics counters) has stood still too; new requests avoid it and the requests waiting
+    there for their first content fail over."""
 
     enabled: bool = True
     # The floor of the silence allowed, whatever the backend measured so far (a few seconds).
     min_silence_s: float = Field(default=3.0, gt=0)
-    # The silence allowed is this multiple of the backend's recent p95 first-token and inter-token times.
+    # The silence allowed a stream under way is this multiple of the backend's recent p95 inter-token gap
+    # (at least the floor).
     multiple: float = Field(default=4.0, ge=1)
-    # The prompts waiting for their first content, N tokens in all (estimated at 4 bytes of body per
-    # token), add N / this many seconds: prefill is silence too. Below a GB10's rate for a 27B model
-    # (~6,000 tok/s), so a slower device or a bigger model is not taken for a hung one.
-    prefill_tokens_per_s: float = Field(default=2000.0, gt=0)
+    # Before this backend measured its own prefill rate, a prompt of N tokens (estimated at 4 bytes of
+    # body per token) is allowed N / this many seconds before its first content, on top of the floor, with
+    # the prompts ahead of it added. Conservative on purpose (a GB10 prefills ~6,000 tok/s of a 27B
+    # model), so a slower device, a bigger model or a busy host is not taken for a hung one; once
+    # measured, half the backend's own median rate replaces it.
+    prefill_tokens_per_s: float = Field(default=300.0, gt=0)
+    # The same prior for llama.cpp engines, which run on smaller devices and CPUs as often as not.
+    llamacpp_prefill_tokens_per_s: float = Field(default=100.0, gt=0)
+    # The most prompt tokens an engine prefills in one step (vLLM's max_num_batched_tokens, SGLang's
+    # chunked_prefill_size): nothing moves on an engine for the length of such a step.
+    step_tokens: int = Field(default=16_384, gt=0)
     check_interval_s: float = Field(default=0.25, gt=0, description="how often in-flight work is checked")

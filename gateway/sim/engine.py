@@ -3,7 +3,7 @@
 Lifecycle (simulated seconds): the port is bound at start; the engine loads for `warmup_s` (vLLM and
 SGLang do not listen meanwhile, llama.cpp listens and answers 503 "Loading model"; SGLang then listens
 with /health 503 for the last part of its warm-up), then serves. Faults from the fleet file fire at their
-fleet time; tests drive the same faults directly with crash(), hang(), restart(), set_slowdown() and
+fleet time; tests drive the same faults directly with crash(), hang(), wedge(), restart(), set_slowdown() and
 set_error_rate().
 """
 
@@ -117,6 +117,15 @@ class SimEngine:
         self.observed = Observations()
         self.started_unix = time.time()
         await self.start()
+
+    def wedge(self) -> None:
+        """The engine's loop stops: its HTTP server, /health and /metrics answer, no token comes."""
+        self.model.wedge()
+        log.info("engine %s wedged", self.spec.name)
+
+    def unwedge(self) -> None:
+        self.model.unwedge()
+        log.info("engine %s runs again", self.spec.name)
 
     def set_slowdown(self, factor: float) -> None:
         self.model.slowdown = factor

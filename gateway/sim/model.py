@@ -99,6 +99,11 @@ class EngineModel:
         self._requests = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._last_step_end = 0.0
+        # Cleared while wedged: the scheduler takes no step, so nothing is computed, emitted or
+        # counted, and cancellations wait too (a real engine handles aborts in the loop that is stuck).
+        self._unwedged = asyncio.Event()
+        self._unwedged.set()
+        self._aborts: list[_Sequence] = []
 
     # ----------------------------------------------------------------------------------------- requests
 
@@ -146,8 +151,22 @@ class EngineModel:
                     raise
         self.device.set_busy(self._engine_id, False)
 
+    @property
+    def wedged(self) -> bool:
+        return not self._unwedged.is_set()
+
+    def wedge(self) -> None:
+        """The engine's loop stops between two steps; its HTTP server still answers."""
+        self._unwedged.clear()
+
+    def unwedge(self) -> None:
+        self._unwedged.set()
+
     def _cancel(self, seq: _Sequence) -> None:
         seq.done = True
+        if self.wedged:
+            self._aborts.append(seq)
+            return
         self.stats.requests_cancelled_total += 1
         if seq in self._waiting:
             self._waiting.remove(seq)
@@ -174,6 +193,12 @@ class EngineModel:
                 self._task = None
 
     async def _step(self) -> None:
+        if self.wedged:
+            await self._unwedged.wait()
+            self._last_step_end = self.clock.now()  # no catching up on the time it stood still
+        aborts, self._aborts = self._aborts, []
+        for seq in aborts:  # those that came while it was wedged
+            self._cancel(seq)
         plan = self._plan()
         if not plan.decode and not plan.prefill:
             # Nothing schedulable (every waiting request blocked on KV with nothing running): cannot

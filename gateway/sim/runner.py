@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from types import TracebackType
 
 from gateway.sim.clock import SimClock
@@ -89,12 +90,22 @@ def run_fleet_forever(spec: FleetSpec, time_scale: float = 1.0, host: str = "127
     asyncio.run(_serve_until_signal(spec, time_scale, host))
 
 
+def _each(actions: list[Callable[[], None]]) -> None:
+    for action in actions:
+        action()
+
+
 async def _serve_until_signal(spec: FleetSpec, time_scale: float, host: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with TwinFleet(spec, time_scale=time_scale, host=host) as fleet:
+        # A fault a test can set from outside, like SIGSTOP: SIGUSR1 wedges every engine (HTTP answers,
+        # no token comes), SIGUSR2 lets them run again.
+        engines = [fleet.engine(name) for name in fleet.names]
+        loop.add_signal_handler(signal.SIGUSR1, _each, [e.wedge for e in engines])
+        loop.add_signal_handler(signal.SIGUSR2, _each, [e.unwedge for e in engines])
         for name in fleet.names:
             engine = fleet.engine(name)
             log.info(

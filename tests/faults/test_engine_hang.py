@@ -55,6 +55,10 @@ class Load:
     arrival_tokens: int = 32
     warm_s: float = 3.0  # load before the stop
     after_s: float = 6.0  # load after the continue
+    wedge: bool = False  # wedge engine "a" (SIGUSR1: HTTP, /health and /metrics answer) instead of SIGSTOP
+    history_chars: int = (
+        0  # the streams' prompts until 3 s before the stop, in characters (slow first tokens)
+    )
 
 
 @dataclass
@@ -88,6 +92,7 @@ class Run:
     sent: list[Sent] = field(default_factory=list)
     records: dict[str, RequestRecord] = field(default_factory=dict)
     stopped_at: float = 0.0
+    history_until: float = 0.0  # streams send long prompts until then
     continued_at: float = 0.0
     stalled_at: float | None = None  # when the gateway first called "a" stalled
     back_at: float | None = None  # when it was no longer stalled after the continue
@@ -110,10 +115,12 @@ def continued_at_the_end(engine: EngineProc) -> Iterator[None]:
             engine.process.send_signal(signal.SIGCONT)  # a stopped process cannot even be killed cleanly
 
 
-async def _send(session: aiohttp.ClientSession, url: str, sent: Sent, max_tokens: int) -> None:
+async def _send(
+    session: aiohttp.ClientSession, url: str, sent: Sent, max_tokens: int, prompt: str = "tell me a story"
+) -> None:
     body = {
         "model": MODEL,
-        "messages": [{"role": "user", "content": "tell me a story"}],
+        "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "stream": sent.stream,
         "user": sent.tag,  # ties the client's view to the gateway's record
@@ -135,7 +142,14 @@ async def _streamer(session: aiohttp.ClientSession, url: str, run: Run, n: int, 
             return
         sent = Sent(f"s{n}-{i}", True, time.monotonic())
         run.sent.append(sent)
-        await _send(session, url, sent, run.load.stream_tokens)
+        history = run.load.history_chars and time.monotonic() < run.history_until
+        prompt = _long_prompt(run.load.history_chars) if history else "tell me a story"
+        await _send(session, url, sent, run.load.stream_tokens, prompt)
+
+
+def _long_prompt(chars: int) -> str:
+    words = itertools.cycle(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"])
+    return " ".join(itertools.islice(words, chars // 6))
 
 
 async def _watch(gateway: Gateway, session: aiohttp.ClientSession, url: str, run: Run) -> None:
@@ -189,6 +203,7 @@ async def hang_run(tmp_path: Path, load: Load) -> Run:
 async def _drive(gateway: Gateway, session: aiohttp.ClientSession, url: str, run: Run, a: EngineProc) -> None:
     load = run.load
     until = asyncio.Event()
+    run.history_until = time.monotonic() + load.warm_s - 3.0
     tasks = [asyncio.create_task(_streamer(session, url, run, n, until)) for n in range(load.streams)]
     watcher = asyncio.create_task(_watch(gateway, session, url, run))
     started = time.monotonic()
@@ -198,10 +213,10 @@ async def _drive(gateway: Gateway, session: aiohttp.ClientSession, url: str, run
         for i in itertools.count():
             now = time.monotonic()
             if not run.stopped_at and now >= stop_at:
-                a.process.send_signal(signal.SIGSTOP)
+                a.process.send_signal(signal.SIGUSR1 if load.wedge else signal.SIGSTOP)
                 run.stopped_at = time.monotonic()
             if run.stopped_at and not run.continued_at and now >= cont_at:
-                a.process.send_signal(signal.SIGCONT)
+                a.process.send_signal(signal.SIGUSR2 if load.wedge else signal.SIGCONT)
                 run.continued_at = time.monotonic()
             if now >= end_at:
                 break

@@ -118,9 +118,11 @@ async def test_an_open_breaker_cooling_down_after_the_deadline_is_refused_at_onc
 
 
 async def test_a_request_cut_on_a_stalled_backend_waits_for_its_mark_to_lift() -> None:
-    """Its only backend stops answering anything (a SIGSTOP): the hang watch cuts the request waiting
-    there, and with no other candidate it waits, within its queue deadline, for the backend's next answer
-    rather than failing with a 504 that could have been served."""
+    """Its only backend stops answering anything (a SIGSTOP): the request waiting there is cut (its
+    control plane silent: found unresponsive by the hang watch, or dead by the prober, whichever is
+    first; silence alone confirms nothing where no other engine could take it), and with no other
+    candidate it waits, within its queue deadline, for the backend's next answer rather than failing
+    with a 504 that could have been served."""
     settings = {
         "timeouts": {"first_byte_s": 30.0},
         "queue": {"timeout_s": 10.0},
@@ -131,7 +133,8 @@ async def test_a_request_cut_on_a_stalled_backend_waits_for_its_mark_to_lift() -
         engine.hang()
         pending = asyncio.create_task(r.chat(stream=True))
         async with asyncio.timeout(10):
-            while r.gateway.registry.backends["a"].stalled_since is None:
+            state = r.gateway.registry.backends["a"]
+            while state.stalled_since is None and state.status is not Status.DEAD:
                 await asyncio.sleep(0.02)
         await asyncio.sleep(0.5)
         assert not pending.done()  # cut, and waiting for a comeback

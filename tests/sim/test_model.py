@@ -86,6 +86,36 @@ async def test_closing_the_stream_early_cancels_and_frees_the_slot() -> None:
     assert model.stats.running == 0 and model.stats.kv_used_tokens == 0
 
 
+async def test_a_wedged_engine_computes_and_counts_nothing_until_it_runs_again() -> None:
+    model = engine()
+    stream = model.generate(100, 50)
+    got = 0
+    async with contextlib.aclosing(stream):
+        got += await anext(stream)
+        model.wedge()
+        await asyncio.sleep(0.1)  # the step under way, if any, ends
+        counted = (model.stats.generation_tokens_total, model.stats.kv_used_tokens, model.stats.steps_total)
+        await asyncio.sleep(0.3)
+        assert (model.stats.generation_tokens_total, model.stats.kv_used_tokens, model.stats.steps_total) == (
+            counted
+        )
+        model.unwedge()
+        got += sum([n async for n in stream])
+    assert got == 50
+
+
+async def test_a_request_cancelled_on_a_wedged_engine_is_freed_once_it_runs_again() -> None:
+    model = engine()
+    stream = model.generate(100, 50)
+    async with contextlib.aclosing(stream):
+        await anext(stream)
+        model.wedge()
+    assert model.stats.running == 1  # the abort waits for the engine's loop, as in a real engine
+    model.unwedge()
+    await collect(model, 10, 2)  # the next step takes the abort
+    assert model.stats.requests_cancelled_total == 1 and model.stats.running == 0
+
+
 async def test_concurrent_requests_take_longer_steps_than_one_alone() -> None:
     # busy_seconds_total is the engine's own simulated step time, immune to event-loop lag.
     alone = engine()
