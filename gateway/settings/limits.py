@@ -37,11 +37,15 @@ class Limits(Strict):
     max_messages: int = Field(default=4096, ge=1)
     max_tools: int = Field(default=1024, ge=1)
     max_parts: int = Field(default=1024, ge=1, description="content parts in one message")
+    # Values in a whole body, any field (token ids in `prompt`, an unknown array): counted as its commas
+    # and brackets before parsing, so a refusal costs milliseconds; a parse then costs at most ~0.3 s.
+    max_values: int = Field(default=1 << 20, ge=1024, description="JSON values in one body, any field")
     # orjson writes at most 254 levels, and the gateway re-encodes bodies it rewrites.
     max_depth: int = Field(default=64, ge=8, le=200, description="JSON nesting of a body")
-    # Bodies at least this big are parsed and checked off the event loop, so streams keep flowing.
+    # Bodies at least this big are parsed under the byte budget below, checked in a worker thread and
+    # freed in steps, so streams keep flowing.
     parse_offload_bytes: int = Field(default=256 * 1024, ge=0)
-    # Bytes of body being parsed off the loop at once (a parsed tree is ~15x its JSON): more wait.
+    # Bytes of big bodies being read and parsed at once (a parsed tree is ~15x its JSON): more wait.
     parse_budget_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
 
