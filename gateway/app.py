@@ -142,6 +142,7 @@ def build_gateway(
         reliability=reliability,
         first_content_s=first_content_s(settings),
         resume_streams=settings.limits.resume_streams,
+        max_frame_bytes=settings.limits.max_sse_frame_bytes,
     )
     dispatcher.accounting.track(measurement.progress)  # the router sees requests before they finish
     if objective is not None:  # explorations are booked as requests are sent, probes sent with them

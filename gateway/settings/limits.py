@@ -29,6 +29,9 @@ class Limits(Strict):
         "continued on another backend of its pool from the text the client has (proxy/resume.py)",
     )
     connections: int = Field(default=1024, ge=1, description="upstream connection pool size")
+    # One SSE frame from an engine (a token's is ~200 bytes; a Responses stream's last event repeats the
+    # answer): past it the stream is broken (failover or continuation), never buffered further.
+    max_sse_frame_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
     # The request head (request line and headers): 431 past either limit, before auth and the body.
     max_head_bytes: int = Field(default=64 * 1024, ge=1024, description="request line + all headers")
     max_header_line_bytes: int = Field(default=16 * 1024, ge=256, description="one header or the URL")
