@@ -29,6 +29,10 @@ class Limits(Strict):
         "continued on another backend of its pool from the text the client has (proxy/resume.py)",
     )
     connections: int = Field(default=1024, ge=1, description="upstream connection pool size")
+    # Client connections held at once (api/connections.py): past it the longest-idle one is closed, or the
+    # newcomer gets a 503 when all are busy. None: what the open-files limit (raised to its hard limit at
+    # start) leaves after the upstream pool and a reserve of 64.
+    max_client_connections: int | None = Field(default=None, ge=16)
     # One SSE frame from an engine (a token's is ~200 bytes; a Responses stream's last event repeats the
     # answer): past it the stream is broken (failover or continuation), never buffered further.
     max_sse_frame_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
