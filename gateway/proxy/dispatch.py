@@ -193,9 +193,7 @@ class Dispatcher:
             assert tries.last is not None, "dispatch needs at least one candidate"
             await self._unanswerable(exchange, tries, relay.last_failure(exchange, tries.last))
         finally:
-            # No second engine judged the first one's 5xx (none left, or the client went away): it
-            # counts against that engine, as any failure does.
-            self._judged(tries, "failure")
+            self._judged(tries, self._unjudged(tries))
 
     async def _unanswerable(
         self, exchange: Exchange, tries: Tries, answer: Coroutine[Any, Any, None]
@@ -254,6 +252,20 @@ class Dispatcher:
         self._judged(tries, "client_error" if outcome == "client_error" else "failure")
         if outcome == "success":
             self.accounting.note_success(backend)
+
+    def _unjudged(self, tries: Tries) -> Outcome:
+        """The outcome of an engine's 5xx no second engine judged (none left, as in a pool of one, or the
+        client went away). It counts against the engine, as any failure does, unless the engine served a
+        request within its breaker's window: then it is alive and answering, the 5xx most likely this
+        input's, and charging it would let a run of such inputs open the breaker of an engine that serves
+        everyone else (in a pool of one, every request would then get a 503)."""
+        if tries.first_5xx is None or self.reliability is None:
+            return "failure"
+        backend, breakers = tries.first_5xx[0], self.reliability.breakers
+        if backend in breakers and breakers[backend].served_recently():
+            log.info("%s: a 5xx no other engine could judge, not charged: it serves others", backend)
+            return "client_error"
+        return "failure"
 
     def _judged(self, tries: Tries, outcome: Outcome) -> None:
         """The deferred outcome of the first engine's 5xx, now that it is known (or never will be)."""
