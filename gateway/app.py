@@ -125,6 +125,7 @@ def build_gateway(
     registry.breaker_open = reliability.breaker_open
     if measurement.scraper is not None:
         registry.engine_waiting = engine_queue(measurement.scraper)
+        registry.engine_full_at = measurement.scraper.running_limit
     metrics.registry.register(ReliabilityCollector(reliability))
     # Probes and scrapes tell the hang watch when an engine stops answering its control plane.
     prober = Prober(registry, settings.probe, transport.get, listener=reliability.stall)
