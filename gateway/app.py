@@ -128,6 +128,7 @@ def build_gateway(
     registry.breaker_open = reliability.breaker_open
     if measurement.scraper is not None:
         registry.engine_waiting = engine_queue(measurement.scraper)
+        registry.engine_full_at = measurement.scraper.running_limit
     metrics.registry.register(ReliabilityCollector(reliability))
     # Probes and scrapes tell the hang watch when an engine stops answering its control plane.
     prober = Prober(registry, settings.probe, transport.get, listener=reliability.stall)
@@ -147,6 +148,7 @@ def build_gateway(
         reliability=reliability,
         first_content_s=first_content_s(settings),
         resume_streams=settings.limits.resume_streams,
+        max_frame_bytes=settings.limits.max_sse_frame_bytes,
     )
     dispatcher.accounting.track(measurement.progress)  # the router sees requests before they finish
     if objective is not None:  # explorations are booked as requests are sent, probes sent with them

@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from gateway.api.connections import ConnectionCap, default_cap, raise_fd_limit
 from gateway.api.http_protocol import HeadLimits, http_protocol
 from gateway.settings import Limits
 from gateway.shutdown import DrainResult, DrainTracker, drain_then
@@ -24,12 +25,22 @@ KEEP_ALIVE_S = 75  # nginx's default
 _AFTER_DRAIN_S = 1
 
 
-def server_options(limits: Limits) -> dict[str, Any]:
+def connection_cap(limits: Limits) -> ConnectionCap:
+    """The soft limit on open files raised to the hard one, and the cap on client connections under it
+    (api/connections.py): `max_client_connections`, or what the descriptors leave."""
+    fd_limit = raise_fd_limit()
+    cap = limits.max_client_connections or default_cap(fd_limit, limits.connections)
+    log.info("client connections capped at %d (open files: %d)", cap, fd_limit)
+    return ConnectionCap(cap)
+
+
+def server_options(limits: Limits, cap: ConnectionCap | None = None) -> dict[str, Any]:
     """uvicorn options every gateway server runs with (`spark-gateway serve`, and tests through a socket):
-    the httptools protocol with the head limits and JSON protocol errors (api/http_protocol.py)."""
+    the httptools protocol with the head limits, JSON protocol errors (api/http_protocol.py) and the
+    connection cap."""
     head = HeadLimits(limits.max_head_bytes, limits.max_header_line_bytes, limits.read_timeout_s)
     return {
-        "http": http_protocol(head),
+        "http": http_protocol(head, cap),
         "access_log": False,  # one log line per request costs more than the whole proxy path
         # Idle keep-alive connections close after this long. Longer than the clients' own idle expiry
         # (httpx 5 s, aiohttp 15 s), so the client closes first: with uvicorn's 5 s a client could reuse

@@ -5,7 +5,7 @@ task group and a relay per chunk on the streaming path."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -31,8 +31,9 @@ class ClientGone(Exception):
     pass
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body, read once; BodyTooLarge past `limit` bytes, ClientGone on disconnect."""
+async def read_body(receive: Receive, limit: int, watch: Callable[[bytes], None] | None = None) -> bytes:
+    """The whole request body, read once; BodyTooLarge past `limit` bytes, ClientGone on disconnect.
+    `watch` sees each chunk as it arrives and may stop the read by raising."""
     parts: list[bytes] = []
     size = 0
     while True:
@@ -43,9 +44,20 @@ async def read_body(receive: Receive, limit: int) -> bytes:
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge
+        if watch is not None:
+            watch(chunk)
         parts.append(chunk)
         if not message.get("more_body", False):
             return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def drain_body(receive: Receive) -> None:
+    """Read the rest of a request body and drop it: a response sent before the body is all read makes the
+    server close the connection on a client still sending, which then never sees the response."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            return
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

@@ -1,19 +1,22 @@
-"""Parsing a request body without stalling the streams the event loop is relaying.
+"""Parsing a request body: its size in values bounded before it is parsed, then one C call.
 
-orjson parses a 30 MB body of a million tiny messages in about a second, in one C call that holds the
-GIL, so neither the loop nor a worker thread can run meanwhile (measured: a 0.87 s gap in a 1 ms ticker
-with `asyncio.to_thread(orjson.loads, ...)`). Small bodies are still parsed inline with orjson (microseconds).
-A body of at least `offload_bytes` is parsed here in bounded steps: the top-level object key by key and
-its top-level arrays (`messages`, `tools`, `prompt`, ...) item by item, each value one call of the
-standard library's C scanner, yielding to the loop every `BATCH` items. The arrays with a count limit
-stop at the first item past it, so a body of a million messages is refused after 4,097 of them: neither
-the time nor the memory of the whole tree is spent. The checks that walk the tree then run in a worker
-thread (plain Python gives the loop the GIL every few milliseconds), no cyclic collection runs while the
-tree grows, and its arrays are freed in batches afterwards (`dispose`). A byte budget bounds how much body
-is being read and parsed at once, so six huge bodies at once take turns instead of all the memory.
+A JSON body costs in proportion to its values, not its bytes: 30 MB of `0,0,0,...` is 15 million of them.
+So before any parse, the body's commas and opening brackets are counted with `bytes.count` (C, about 2 ms
+per MB): as its chunks arrive (`ValueCounter`, the read's watch), or a megabyte at a time with the loop
+running between (`over_values`). Every value after the first in an array or object follows a comma, and
+every container opens with a bracket, so the count is at least the body's number of values (commas
+inside strings add to it). A body over `max_values` is refused with a 400 having cost only that count; a
+body under it is parsed by orjson in one call, whose time is then bounded too (about 0.1 s for a million
+values as tiny objects, 20 ms for a million numbers). Parsing item by item in Python would yield to the
+loop more often but costs ten times the CPU, which every other client pays under load.
 
-What stays one step: a single value that is neither the body nor one of its top-level arrays (say, one
-tool schema of a million keys) is parsed in one call; the body size limit bounds it.
+Counting commas inside strings is what keeps the bound a single C pass; it refuses only text with more
+commas than `max_values`, which no engine's context takes either (a comma is at least a token).
+
+Bodies of at least `offload_bytes` are parsed with the cyclic collector paused (a full collection walks
+the growing tree), checked in a worker thread (the walk is plain Python and gives the loop the GIL), and
+freed in batches (`dispose`). A byte budget bounds how much body is being read and parsed at once, so six
+huge bodies at once take turns instead of all the memory.
 """
 
 from __future__ import annotations
@@ -21,9 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
-import json
-import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -35,23 +36,8 @@ from gateway.settings import Limits as LimitSettings
 
 # Set while a request holds a reservation: the task's context, so its parse does not reserve twice.
 _HELD: contextvars.ContextVar[bool] = contextvars.ContextVar("body_budget_held", default=False)
-BATCH = 1024  # array items parsed between two yields to the loop (about 1 ms of tiny messages)
-_SPACE = re.compile(r"[ \t\n\r]*")
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")  # orjson refuses NaN and Infinity too
-
-
-_scan_once = json.JSONDecoder(parse_constant=_no_constants).scan_once  # type: ignore[attr-defined]
-
-
-def _scan(text: str, i: int) -> tuple[Any, int]:
-    """One JSON value at `i` and the index after it (StopIteration cannot cross a coroutine)."""
-    try:
-        return _scan_once(text, i)  # type: ignore[no-any-return]
-    except StopIteration as stop:
-        raise json.JSONDecodeError("expected a value", text, stop.value) from None
+BATCH = 1024  # array items freed between two yields to the loop
+SLICE = 1 << 20  # bytes counted between two yields to the loop (about 2 ms)
 
 
 class BadJson(Exception):
@@ -61,7 +47,7 @@ class BadJson(Exception):
 @dataclass(frozen=True, slots=True)
 class Parsed:
     body: Any
-    problem: Problem | None = None  # a count limit hit while parsing: the body is partial
+    problem: Problem | None = None  # a limit hit before parsing: the body is None
 
 
 class ByteBudget:
@@ -85,25 +71,85 @@ class ByteBudget:
             self._changed.notify_all()
 
 
+class TooManyValues(Exception):
+    """The body holds more values than the limit; args[0] is the Problem for the client's 400."""
+
+
+def _too_many(max_values: int) -> Problem:
+    message = (
+        f"the body holds more than {max_values} JSON values (counting its commas and brackets), "
+        f"over the limit of {max_values}"
+    )
+    return message, None
+
+
+class ValueCounter:
+    """Counts a body's values bound chunk by chunk as it is read (`read_body`'s watch), so a body over
+    the limit is refused before the rest of it is joined, kept or parsed."""
+
+    def __init__(self, max_values: int) -> None:
+        self.max_values = max_values
+        self.count = 1  # the body itself
+
+    def __call__(self, chunk: bytes) -> None:
+        self.count += values_bound(chunk)
+        if self.count > self.max_values:
+            raise TooManyValues(_too_many(self.max_values))
+
+
+def values_bound(raw: bytes, start: int = 0, end: int | None = None) -> int:
+    """At least the number of JSON values that begin in raw[start:end]: its commas and opening brackets,
+    strings included (a value after the first in a container follows a comma; a container opens)."""
+    return raw.count(b",", start, end) + raw.count(b"[", start, end) + raw.count(b"{", start, end)
+
+
+async def over_values(raw: bytes, max_values: int) -> Problem | None:
+    """The 400 for a body that may hold more than `max_values` values; None when it cannot. Counted a
+    slice at a time, the loop running between slices, and stopped as soon as the count passes the limit;
+    a body shorter than the limit cannot pass it and is not counted."""
+    if len(raw) <= max_values:
+        return None
+    count = 1  # the body itself
+    for start in range(0, len(raw), SLICE):
+        count += values_bound(raw, start, start + SLICE)
+        if count > max_values:
+            return _too_many(max_values)
+        await asyncio.sleep(0)
+    return None
+
+
+def loads(raw: bytes) -> Any:
+    """orjson's parse, or BadJson with its reason."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadJson(f"the body is not valid JSON: {exc}") from None
+
+
 class BodyParser:
-    """Parse and check one completion body: inline below `offload_bytes`, in bounded steps above it."""
+    """Parse and check one completion body: bounded in values first, then one orjson call."""
 
     def __init__(self, limits: BodyLimits, offload_bytes: int, budget_bytes: int) -> None:
         self.limits = limits
         self.offload_bytes = offload_bytes
         self.budget = ByteBudget(budget_bytes)
-        # Top-level arrays whose length is limited: parsing stops at the first item past the limit.
-        self.counted = {"messages": limits.max_messages, "tools": limits.max_tools}
 
-    async def parse(self, raw: bytes) -> Parsed:
-        """The body, or BadJson; `problem` set when a count limit was hit during parsing."""
+    def counter(self, declared: int | None) -> ValueCounter | None:
+        """The watch to read a body with: None when its declared length cannot hold too many values."""
+        if declared is not None and declared <= self.limits.max_values:
+            return None
+        return ValueCounter(self.limits.max_values)
+
+    async def parse(self, raw: bytes, counted: bool = False) -> Parsed:
+        """The body, or BadJson; `problem` set (and no body) when the body holds too many values.
+        `counted`: the body was read under `counter`'s watch, its values bound already."""
+        problem = None if counted else await over_values(raw, self.limits.max_values)
+        if problem is not None:
+            return Parsed(None, problem)
         if len(raw) < self.offload_bytes:
-            try:
-                return Parsed(orjson.loads(raw))
-            except orjson.JSONDecodeError as exc:
-                raise BadJson(f"the body is not valid JSON: {exc}") from None
+            return Parsed(loads(raw))
         async with self.reserved(len(raw)):
-            return await self._parse_big(raw)
+            return Parsed(_loads_uncollected(raw))
 
     @asynccontextmanager
     async def reserved(self, size: int) -> AsyncIterator[None]:
@@ -120,17 +166,6 @@ class BodyParser:
         finally:
             _HELD.reset(token)
             await self.budget.release(taken)
-
-    async def _parse_big(self, raw: bytes) -> Parsed:
-        # No cyclic collection while the tree grows: each full one would walk all of it on the loop
-        # (measured: 100-120 ms each on a million messages). Only re-enabled by whoever disabled it.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            return await parse_in_steps(raw, self.counted)
-        finally:
-            if paused:
-                gc.enable()
 
     async def dispose(self, body: Any, size: int) -> None:
         """Free a big body's top-level arrays in batches: dropping a million dicts at once is one long
@@ -150,83 +185,21 @@ class BodyParser:
         return await asyncio.to_thread(check_body, body, self.limits)
 
 
-async def parse_in_steps(raw: bytes, counted: Mapping[str, int]) -> Parsed:
-    """Parse a JSON document, yielding to the loop between batches of top-level array items."""
+def _loads_uncollected(raw: bytes) -> Any:
+    # No cyclic collection while the tree grows: each full one would walk all of it (measured: 100-120 ms
+    # each on a million messages). Only re-enabled by whoever disabled it.
+    paused = gc.isenabled()
+    gc.disable()
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadJson(f"the body is not UTF-8: {exc}") from None
-    await asyncio.sleep(0)  # decoding 30 MB is one copy: let the loop run before the first batch
-    i = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
-    if not text.startswith("{", i):
-        return Parsed(None)  # not an object: refused by the caller without parsing it
-    try:
-        return await _object(text, i + 1, counted)
-    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
-        raise BadJson(f"the body is not valid JSON: {exc}") from None
-
-
-async def _object(text: str, i: int, counted: Mapping[str, int]) -> Parsed:
-    body: dict[str, Any] = {}
-    i = _skip(text, i)
-    if text.startswith("}", i):
-        return Parsed(body, None) if _skip(text, i + 1) == len(text) else _trailing()
-    while True:
-        if not text.startswith('"', i):
-            raise json.JSONDecodeError("expected a key", text, i)
-        key, i = _scan(text, i)
-        i = _skip(text, i)
-        if not text.startswith(":", i):
-            raise json.JSONDecodeError("expected ':'", text, i)
-        i = _skip(text, i + 1)
-        if text.startswith("[", i):
-            value, i, problem = await _array(text, i + 1, key, counted.get(key))
-            if problem is not None:
-                body[key] = value
-                return Parsed(body, problem)
-        else:
-            value, i = _scan(text, i)
-        body[key] = value
-        i = _skip(text, i)
-        if text.startswith(",", i):
-            i = _skip(text, i + 1)
-            continue
-        if text.startswith("}", i):
-            return Parsed(body) if _skip(text, i + 1) == len(text) else _trailing()
-        raise json.JSONDecodeError("expected ',' or '}'", text, i)
-
-
-async def _array(text: str, i: int, key: str, limit: int | None) -> tuple[list[Any], int, Problem | None]:
-    items: list[Any] = []
-    add = items.append
-    i = _skip(text, i)
-    if text.startswith("]", i):
-        return items, i + 1, None
-    while True:
-        value, i = _scan(text, i)
-        add(value)
-        if limit is not None and len(items) > limit:
-            return items, i, (f"`{key}` has more than {limit} items, over the limit of {limit}", key)
-        if len(items) % BATCH == 0:
-            await asyncio.sleep(0)
-        i = _skip(text, i)
-        if text.startswith(",", i):
-            i = _skip(text, i + 1)
-            continue
-        if text.startswith("]", i):
-            return items, i + 1, None
-        raise json.JSONDecodeError("expected ',' or ']'", text, i)
-
-
-def _skip(text: str, i: int) -> int:
-    return _SPACE.match(text, i).end()  # type: ignore[union-attr]
-
-
-def _trailing() -> Parsed:
-    raise BadJson("the body is not valid JSON: extra data after the object")
+        return loads(raw)
+    finally:
+        if paused:
+            gc.enable()
 
 
 def body_parser(limits: LimitSettings) -> BodyParser:
     """The parser for the `limits:` settings section."""
-    counts = BodyLimits(limits.max_depth, limits.max_messages, limits.max_tools, limits.max_parts)
+    counts = BodyLimits(
+        limits.max_depth, limits.max_messages, limits.max_tools, limits.max_parts, limits.max_values
+    )
     return BodyParser(counts, limits.parse_offload_bytes, limits.parse_budget_bytes)

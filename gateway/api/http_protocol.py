@@ -12,6 +12,9 @@ header is buffered, then served. Here, before the app runs (so before auth and b
   trickles its headers cannot hold a connection forever);
 - what the parser refuses is a 400 `invalid_http_request` naming the parser's reason.
 
+Client connections are held under a cap (api/connections.py): past it the connection idle the longest
+is closed, or, when every one is serving a request, the newcomer is answered 503 `too_many_connections`.
+
 Each answer is JSON, closes the connection, and is logged as one line without the client's bytes. The
 close lingers: the gateway half-closes and reads (and drops) what the client is still sending, up to
 `_LINGER_BYTES` or `_LINGER_S`, since closing a socket with unread input resets the connection and the
@@ -28,6 +31,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.api.connections import ConnectionCap
 from gateway.proxy.errors import error_body
 
 log = logging.getLogger("gateway.http")
@@ -56,9 +60,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """HttpToolsProtocol with head limits and JSON protocol errors; `limits` is set by `http_protocol`."""
 
     limits = HeadLimits()
+    cap: ConnectionCap | None = None  # None: connections are not capped (tests that build one bare)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.last_active = self.loop.time()
         self._in_head = False
         self._head_seen = 0  # raw bytes received for an unfinished head
         self._head_counted = 0  # request line + header lines parsed so far
@@ -68,12 +74,28 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_timer()  # a connection that never sends a full head is closed too
+        cap = self.cap
+        if cap is not None and not cap.admit(self.connections, self):
+            message = "The gateway is serving as many connections as it can; retry shortly."
+            self._answer(_Refused(503, message, "too_many_connections"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
+        if self.cap is not None:
+            self.cap.open = len(self.connections)
+
+    def is_idle(self) -> bool:
+        """No request in progress: never sent a byte, between two requests, or closing."""
+        if self._discard_left is not None:
+            return True
+        return not self._in_head and (self.cycle is None or self.cycle.response_complete)
+
+    def close(self) -> None:
+        self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = self.loop.time()
         if self._discard_left is not None:
             self._discard_left -= len(data)
             if self._discard_left < 0:
@@ -184,6 +206,7 @@ def _client(client: tuple[str, int] | None) -> str:
     return f"{client[0]}:{client[1]}" if client else "-"
 
 
-def http_protocol(limits: HeadLimits) -> type[LimitedHttpToolsProtocol]:
-    """The protocol class for `uvicorn.Config(http=...)`, with these limits (a subclass per server)."""
-    return type("GatewayHttpProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
+def http_protocol(limits: HeadLimits, cap: ConnectionCap | None = None) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class for `uvicorn.Config(http=...)`, with these limits and this connection cap (a
+    subclass per server)."""
+    return type("GatewayHttpProtocol", (LimitedHttpToolsProtocol,), {"limits": limits, "cap": cap})

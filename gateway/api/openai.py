@@ -23,11 +23,12 @@ from gateway.api.asgi import (
     Receive,
     Scope,
     Send,
+    drain_body,
     header,
     read_body,
     send_bytes,
 )
-from gateway.api.body_parse import BadJson, BodyParser
+from gateway.api.body_parse import BadJson, BodyParser, TooManyValues
 from gateway.api.errors import send_error
 from gateway.api.request_checks import DEFAULT_LIMITS
 from gateway.backends.registry import Registry
@@ -73,18 +74,25 @@ class CompletionsEndpoint:
             message = "the body must be JSON, sent with `content-type: application/json`"
             await send_error(send, 415, message, "unsupported_media_type")
             return
-        # A big body declared by its Content-Length is read and parsed under the parse budget.
-        async with self.parser.reserved(_declared_length(scope)):
+        # A big body declared by its Content-Length is read and parsed under the parse budget; its values
+        # are counted as it arrives, so a body of too many is refused without being joined or parsed.
+        declared = _declared_length(scope)
+        async with self.parser.reserved(declared):
             try:
-                raw = await read_body(receive, self.max_body)
+                raw = await read_body(receive, self.max_body, self.parser.counter(declared or None))
             except BodyTooLarge:
                 await send_error(send, 413, f"request body over {self.max_body} bytes", "request_too_large")
+                return
+            except TooManyValues as exc:
+                message, param = exc.args[0]
+                await drain_body(receive)  # dropped as it arrives: never joined, kept or parsed
+                await send_error(send, 400, message, "invalid_request", param)
                 return
             except ClientGone:
                 return
             if len(raw) >= self.parser.offload_bytes:
                 await asyncio.sleep(0)  # joining a big body's chunks was one copy: let the loop run
-            body, problem = await self._parse(raw)
+            body, problem = await self._parse(raw, counted=True)
         try:
             await self._handle(scope, receive, send, started, raw, body, problem)
         finally:
@@ -147,9 +155,11 @@ class CompletionsEndpoint:
         """Hand the job to dispatch; the other APIs' routes (api/shaped.py) adjust it first."""
         await self.dispatcher.run(job, receive, send)
 
-    async def _parse(self, raw: bytes) -> tuple[dict[str, Any] | None, tuple[str, str | None] | None]:
+    async def _parse(
+        self, raw: bytes, counted: bool = False
+    ) -> tuple[dict[str, Any] | None, tuple[str, str | None] | None]:
         try:
-            parsed = await self.parser.parse(raw)
+            parsed = await self.parser.parse(raw, counted)
         except BadJson as exc:
             return None, (str(exc), None)
         body = parsed.body

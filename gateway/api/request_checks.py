@@ -6,6 +6,8 @@ the gateway could not route or forward safely:
 - nesting deeper than `MAX_DEPTH`: the gateway re-encodes the body with orjson when it rewrites the model
   alias or `stream_options`, and orjson writes at most 254 levels; refusing at the door keeps that
   failure (and its blame) away from the backends;
+- more than `MAX_VALUES` JSON values in the whole body, whatever the fields (counted before parsing, in
+  api/body_parse.py, so the refusal costs one pass of `bytes.count`);
 - more than `MAX_MESSAGES` messages, `MAX_TOOLS` tools or `MAX_PARTS` content parts in one message
   (the defaults of `BodyLimits`, set by the operator in `limits:`);
 - wrong types in the fields routing reads (routing/features.py): `stream` not a boolean, `messages` not
@@ -29,6 +31,9 @@ MAX_DEPTH = 64
 MAX_MESSAGES = 4096  # a long agent conversation stays in the hundreds
 MAX_TOOLS = 1024  # engines render every tool schema into the prompt; real requests send tens
 MAX_PARTS = 1024  # content parts (text, images, audio) in one message
+# JSON values in a whole body, any field, counted before parsing (api/body_parse.py): a prompt of token
+# ids longer than this fits no engine's context, and parsing it would cost every other client.
+MAX_VALUES = 1 << 20
 
 Problem = tuple[str, str | None]  # (message, param)
 
@@ -41,6 +46,7 @@ class BodyLimits:
     max_messages: int = MAX_MESSAGES
     max_tools: int = MAX_TOOLS
     max_parts: int = MAX_PARTS
+    max_values: int = MAX_VALUES
 
 
 DEFAULT_LIMITS = BodyLimits()

@@ -116,10 +116,10 @@ class ShapedEndpoint(CompletionsEndpoint):
             send = AnthropicErrors(send)
         await super().__call__(scope, receive, send)
 
-    async def _parse(self, raw: bytes) -> tuple[dict[str, Any] | None, Problem | None]:
+    async def _parse(self, raw: bytes, counted: bool = False) -> tuple[dict[str, Any] | None, Problem | None]:
         if self.shape.model_optional:
             raw = self._with_single_model(raw)
-        body, problem = await super()._parse(raw)
+        body, problem = await super()._parse(raw, counted)
         required = self.shape.required
         if body is not None and required is not None and required not in body:
             return None, (f"`{required}` is required", required)

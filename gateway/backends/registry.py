@@ -75,7 +75,11 @@ class BackendState:
         return self.native_endpoints | {"messages"} if self.translates_messages else self.native_endpoints
 
     def snapshot(
-        self, breaker_open: bool = False, restarting: bool = False, engine_waiting: float | None = None
+        self,
+        breaker_open: bool = False,
+        restarting: bool = False,
+        engine_waiting: float | None = None,
+        engine_full_at: int | None = None,
     ) -> BackendSnapshot:
         return BackendSnapshot(
             name=self.config.name,
@@ -92,6 +96,7 @@ class BackendState:
             endpoints=self.endpoints,
             engine_waiting=engine_waiting,
             engine_capacity=self.discovered_capacity,
+            engine_full_at=engine_full_at,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,6 +137,8 @@ class Registry:
         # the composition root from the metrics scraper; the router spills off a backend whose queue is not
         # empty.
         self.engine_waiting: Callable[[str], float | None] = lambda name: None
+        # What each engine ran when last seen with a queue (the scraper's `running_limit`), likewise.
+        self.engine_full_at: Callable[[str], int | None] = lambda name: None
         # Whoever keeps per-backend state (admission slots), told after a backend is added or removed.
         self.membership: list[Callable[[], None]] = []
         # The latest time a client was told to come back for each backend (a 503 with Retry-After while it
@@ -187,7 +194,10 @@ class Registry:
     def snapshots(self, pool: PoolConfig) -> list[BackendSnapshot]:
         return [
             self.backends[name].snapshot(
-                self.breaker_open(name), self.may_come_back(name), self.engine_waiting(name)
+                self.breaker_open(name),
+                self.may_come_back(name),
+                self.engine_waiting(name),
+                self.engine_full_at(name),
             )
             for name in pool.backends
         ]

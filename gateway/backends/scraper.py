@@ -95,6 +95,9 @@ class MetricsScraper:
         self._targets: dict[str, ScrapeTarget] = {}
         self._latest: dict[str, ScrapeResult] = {}
         self._most_running: dict[str, float] = {}  # per backend: the most requests its engine ran at once
+        # Per backend: what its engine ran at its latest report of a persisting queue, i.e. as many as it
+        # could then (its sequence limit, or what its KV cache held): the spill's live capacity.
+        self._full_at: dict[str, int] = {}
         self._failures: dict[str, FailureLog] = {}  # per backend: its current failure, logged once
         self.listener: ControlPlaneListener | None = None  # told of every scrape answered or timed out
         self._task = BackgroundTask(
@@ -109,6 +112,8 @@ class MetricsScraper:
             del self._latest[gone]
         for changed in [name for name in self._most_running if before.get(name) != self._targets.get(name)]:
             del self._most_running[changed]  # another engine may have another limit
+        for changed in [name for name in self._full_at if before.get(name) != self._targets.get(name)]:
+            del self._full_at[changed]
         for changed in [name for name in self._failures if before.get(name) != self._targets.get(name)]:
             del self._failures[changed]  # gone, or another target: its failures were the old one's
 
@@ -142,6 +147,12 @@ class MetricsScraper:
     def hint(self, backend: str) -> EngineHint | None:
         """What the router may read of `backend`'s latest scrape, aged on this scraper's clock."""
         return hint_from_scrape(self._latest.get(backend), self._clock(), self.stale_after_s)
+
+    def running_limit(self, backend: str) -> int | None:
+        """How many requests `backend`'s engine runs at once, as last seen with a queue behind them (its
+        limit, which vLLM does not announce); None before it was ever seen full. Kept while reports go
+        stale: a limit does not age like a queue length does."""
+        return self._full_at.get(backend)
 
     async def scrape_once(self) -> None:
         """One round: every target concurrently, each under its own timeout."""
@@ -183,6 +194,8 @@ class MetricsScraper:
                 acceptance_total=acceptance_between(None, metrics),
                 queued=persisting_queue(previous.metrics if previous else None, metrics, most),
             )
+            if result.queued and metrics.running:
+                self._full_at[target.backend] = int(metrics.running)
         except asyncio.CancelledError:
             raise
         except TimeoutError:

@@ -9,6 +9,10 @@ Loopback only. Twin engines run in this process; the gateway runs as a `spark-ga
   `max_messages` the body is refused; `--limit max_messages=2000000` measures the parse of all of it.
   `--limit parse_offload_bytes=1073741824` parses every body inline with orjson, as the gateway did
   before api/body_parse.py.
+- `arrays`: a completions body of `--ids-mb` MB of token ids and a chat body carrying an unknown array of
+  `--unknown-mb` MB of zeros. Each is posted alone first: its status, time and the gateway's CPU time for
+  it. Then `--legit` legitimate requests at `--rate` per second run alone ("clean") and with one huge body
+  posted every `--every` seconds ("hostile"): their p99 each, and the ratio.
 - `mix`: `--legit` legitimate requests at `--rate` per second, alone ("clean") and with `--bad` malformed
   ones of 20 kinds (gateway/bench/malformed.py) interleaved ("mixed"), in `--rounds` rounds of one run
   each, the order swapped every round. Prints each run's p50 and p99 latency of the legitimate requests,
@@ -28,6 +32,8 @@ import os
 import random
 import statistics
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -57,12 +63,18 @@ def register(subparsers: Any) -> None:
     stall = modes.add_parser("stall", help="one stream's chunk gaps while huge bodies are posted")
     stall.add_argument("--messages", type=int, default=1_000_000, help="tiny messages per body")
     stall.add_argument("--parallel", type=int, default=1, help="bodies posted at once")
+    arrays = modes.add_parser("arrays", help="CPU of huge arrays, and legitimate p99 while they arrive")
+    arrays.add_argument("--ids-mb", type=float, default=10.0, help="completions body of token ids, MB")
+    arrays.add_argument("--unknown-mb", type=float, default=30.0, help="chat body's unknown array, MB")
+    arrays.add_argument("--legit", type=int, default=400)
+    arrays.add_argument("--rate", type=float, default=40.0, help="legitimate requests per second")
+    arrays.add_argument("--every", type=float, default=1.0, help="seconds between two huge bodies")
     mix = modes.add_parser("mix", help="legitimate p99 with and without malformed requests")
     mix.add_argument("--legit", type=int, default=1000)
     mix.add_argument("--bad", type=int, default=100)
     mix.add_argument("--rate", type=float, default=40.0, help="legitimate requests per second")
     mix.add_argument("--rounds", type=int, default=4, help="rounds of one clean and one mixed run")
-    for sub in (stall, mix):
+    for sub in (stall, arrays, mix):
         sub.add_argument("--limit", action="append", default=[], metavar="KEY=VALUE", help="gateway limits")
         sub.add_argument("--seed", type=int, default=0)
         sub.add_argument("--json", action="store_true")
@@ -70,7 +82,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = asyncio.run(stall(args) if args.mode == "stall" else mix(args))
+    modes = {"stall": stall, "arrays": huge_arrays, "mix": mix}
+    result = asyncio.run(modes[args.mode](args))
     if args.json:
         print(json.dumps(result))
     else:
@@ -161,14 +174,14 @@ def _max_gap(times: list[list[float]], start: float, end: float) -> float:
     return round(max(gaps, default=0.0) * 1000, 1)
 
 
-def _post(url: str, body: bytes) -> tuple[int, float]:
+def _post(url: str, body: bytes, path: str = "/v1/chat/completions") -> tuple[int, float]:
     """POST from a thread with a blocking client: sending 30 MB must not stall this process's loop, which
     runs the twin engine and reads the stream being measured."""
     host, port = url.removeprefix("http://").split(":")
     began = time.monotonic()
     connection = http.client.HTTPConnection(host, int(port), timeout=120)
     try:
-        connection.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        connection.request("POST", path, body, {"content-type": "application/json"})
         response = connection.getresponse()
         response.read()
         return response.status, round(time.monotonic() - began, 2)
@@ -211,6 +224,86 @@ async def stall(args: argparse.Namespace) -> dict[str, Any]:
         "rss_before_mb": rss_before,
         "rss_peak_mb": max(peak.peak, rss_before),
         "rss_after_mb": rss_after,
+    }
+
+
+def _huge_bodies(ids_mb: float, unknown_mb: float) -> list[tuple[str, bytes]]:
+    """(path, body): token ids as a completions prompt, and a chat request with an unknown array."""
+    ids = b",".join(b"%d" % (10_000 + i % 90_000) for i in range(int(ids_mb * 1e6 / 6)))
+    prompt = b'{"model":"' + MODEL.encode() + b'","max_tokens":4,"prompt":[' + ids + b"]}"
+    zeros = b",".join([b"0"] * int(unknown_mb * 1e6 / 2))
+    chat = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    return [("/v1/completions", prompt), ("/v1/chat/completions", chat[:-1] + b',"extra":[' + zeros + b"]}")]
+
+
+# The poster of huge bodies runs as a process of its own: sending 30 MB from a thread of this process would
+# take the GIL from the twin engines and the legitimate client, whose latency is what is measured.
+_POSTER = """
+import http.client, sys, time
+host, port, every, files = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+bodies = [(f.split("@", 1)[0], open(f.split("@", 1)[1], "rb").read()) for f in files]
+posted = 0
+while True:
+    path, body = bodies[posted % len(bodies)]
+    began = time.monotonic()
+    connection = http.client.HTTPConnection(host, port, timeout=120)
+    connection.request("POST", path, body, {"content-type": "application/json"})
+    connection.getresponse().read()
+    connection.close()
+    posted += 1
+    print(posted, flush=True)
+    time.sleep(max(0.0, began + every - time.monotonic()))
+"""
+
+
+@asynccontextmanager
+async def _hostile_poster(
+    url: str, bodies: list[tuple[str, bytes]], every: float
+) -> AsyncIterator[list[int]]:
+    """A process posting one huge body every `every` seconds, the kinds in turn, while the block runs;
+    the list holds how many it posted once the block is over."""
+    host, port = url.removeprefix("http://").split(":")
+    with tempfile.TemporaryDirectory() as folder:
+        files = []
+        for n, (path, body) in enumerate(bodies):
+            (Path(folder) / str(n)).write_bytes(body)
+            files.append(f"{path}@{Path(folder) / str(n)}")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _POSTER, host, port, str(every), *files, stdout=subprocess.PIPE
+        )
+        posted: list[int] = []
+        try:
+            yield posted
+        finally:
+            process.kill()
+            out, _ = await process.communicate()
+            posted.append(len(out.split()))
+
+
+async def huge_arrays(args: argparse.Namespace) -> dict[str, Any]:
+    bodies = _huge_bodies(args.ids_mb, args.unknown_mb)
+    async with TwinFleet(_fleet(["e0", "e1"]), time_scale=50.0, ephemeral_ports=True) as fleet:
+        await fleet.wait_ready(30)
+        async with _gateway(fleet, _limits(args.limit)) as (url, process, session):
+            gateway = (url, process.pid)
+            await _round(session, gateway, argparse.Namespace(legit=100, rate=args.rate), [])  # warm-up
+            alone: dict[str, Any] = {}
+            for path, body in bodies:
+                cpu_before = _cpu_s(process.pid)
+                status, seconds = await asyncio.to_thread(_post, url, body, path)
+                cpu = round(_cpu_s(process.pid) - cpu_before, 3)
+                alone[path] = {"mb": round(len(body) / 1e6, 1), "status": status, "s": seconds, "cpu_s": cpu}
+            clean = await _round(session, gateway, args, [])
+            async with _hostile_poster(url, bodies, args.every) as posted:
+                hostile = await _round(session, gateway, args, [])
+    return {
+        "alone": alone,
+        "clean_p99_ms": clean["p99_ms"],
+        "hostile_p99_ms": hostile["p99_ms"],
+        "p99_ratio": round(hostile["p99_ms"] / clean["p99_ms"], 2) if clean["p99_ms"] else None,
+        "huge_posted": posted[0],
+        "legit_ok": {"clean": clean["ok"], "hostile": hostile["ok"], "of": args.legit},
+        "load1": {"clean": clean["load1"], "hostile": hostile["load1"], "cores": os.cpu_count()},
     }
 
 

@@ -74,11 +74,22 @@ def _judged(response: aiohttp.ClientResponse, raw: bytes) -> tuple[str, str]:
         return "errors", f"{response.status} {_code(raw)}{_causes(raw)}"
     if response.status != 200:
         return "lost", f"{response.status} {_code(raw)}{_causes(raw)}"
-    if b'"error"' in raw:
-        return "errors", "200 stream error frame"  # the backend died mid-stream: an error frame, the end
+    if b'"error"' in raw:  # the backend died mid-stream: an error frame (its code says why), the end
+        return "errors", f"200 stream error frame {_frame_code(raw)}"
     if raw.rstrip().endswith(b"data: [DONE]"):
         return "completed", "200"
     return "lost", "200 stream cut without [DONE]"
+
+
+def _frame_code(raw: bytes) -> str:
+    """The code of a stream's error frame (`upstream_stream_error`, `stream_ended_early`, ...)."""
+    for part in raw.split(b"\n\n"):
+        if part.startswith(b"data: {") and b'"error"' in part:
+            try:
+                return str(json.loads(part[6:])["error"]["code"])
+            except (ValueError, KeyError, TypeError):
+                return "?"
+    return "?"
 
 
 def _code(raw: bytes) -> str:
@@ -88,17 +99,42 @@ def _code(raw: bytes) -> str:
         return "?"
 
 
-# How the gateway words each failed attempt ("e1: <why>") -> a short cause, for the breakdown.
+# How the gateway words each failed attempt ("e1: <why>") -> a short cause, for the breakdown. The first
+# marker found names it; the order puts the more specific wordings first. Every wording dispatch and the
+# relay use is here (proxy/dispatch.py, proxy/relay.py, proxy/upstream.py, proxy/stall.py).
 _CAUSES = (
-    ("ClientConnectorError", "refused"),
+    ("ClientConnectorError: Connection refused", "refused"),
+    ("ClientConnectorError", "connect error"),
+    ("connect timeout", "connect timeout"),
     ("circuit breaker open", "breaker open"),
+    ("stream ended before any content", "ended before content"),  # the engine closed its stream early
+    ("broke off", "reset"),  # the connection broke under a response: a killed engine
+    ("not SSE", "bad answer"),
+    ("not a JSON object", "bad answer"),
+    ("SSE frame", "bad answer"),
+    ("data frame", "bad answer"),
+    ("stalled", "stalled"),
+    ("is down", "down"),
     ("in time", "timeout"),
     ("first-token timeout", "timeout"),
+    ("idle timeout", "timeout"),
     ("TimeoutError", "timeout"),
     ("Disconnected", "reset"),
     ("ClientOSError", "reset"),
+    ("cannot count", "continuation"),
+    ("nothing to continue", "continuation"),
     ("HTTP ", "5xx"),
 )
+
+
+def cause_of(attempt: str) -> str:
+    """The short cause of one failed attempt's wording; one the table does not know is named by its own
+    first words, never left anonymous."""
+    for marker, cause in _CAUSES:
+        if marker in attempt:
+            return cause
+    why = attempt.split(":", 1)[1] if ":" in attempt else attempt
+    return "unknown: " + " ".join(why.split()[:6])
 
 
 def _causes(raw: bytes) -> str:
@@ -111,5 +147,4 @@ def _causes(raw: bytes) -> str:
     if "no backend answered:" not in message:
         return ""
     attempts = message.split("no backend answered:", 1)[1].split(";")
-    found = [next((cause for marker, cause in _CAUSES if marker in a), "other") for a in attempts]
-    return f" ({', '.join(sorted(found))})"
+    return f" ({', '.join(sorted(cause_of(a) for a in attempts))})"

@@ -18,8 +18,9 @@ from typing import Any
 import uvicorn
 import uvloop
 
+from gateway.api.connections import ConnectionCollector
 from gateway.app import build_app, build_gateway
-from gateway.serving import DrainingServer, server_options
+from gateway.serving import DrainingServer, connection_cap, server_options
 from gateway.settings import Settings, load_settings
 from gateway.sim.fleet import FleetSpec, load_fleet
 from gateway.sim.runner import TwinFleet
@@ -70,13 +71,15 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(settings: Settings, log_level: str) -> None:
     gateway = build_gateway(settings)
     app = build_app(gateway)
+    cap = connection_cap(settings.limits)  # raises the fd soft limit first
+    gateway.metrics.registry.register(ConnectionCollector(cap))
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         lifespan="on",
         log_level=log_level,
-        **server_options(settings.limits),  # head limits, JSON protocol errors, no access log
+        **server_options(settings.limits, cap),  # head limits, JSON protocol errors, no access log
     )
     await DrainingServer(config, gateway.drain, settings.shutdown.drain_timeout_s).serve()
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
-
-import orjson
+from typing import Any, NamedTuple
 
 from gateway.backends.inflight import InFlight
 from gateway.backends.registry import Registry
@@ -190,12 +188,9 @@ def device_load(registry: Registry, backend: str) -> int:
     return sum(s.inflight for s in registry.backends.values() if s.config.device == device)
 
 
-def take_usage(record: RequestRecord, payload: bytes) -> None:
-    """The token counts of a whole answer's `usage`, when it has one."""
-    try:
-        usage = orjson.loads(payload).get("usage")
-    except (orjson.JSONDecodeError, AttributeError):
-        return
+def take_usage(record: RequestRecord, answer: Any) -> None:
+    """The token counts of a whole answer's `usage` (the parsed answer), when it has one."""
+    usage = answer.get("usage") if isinstance(answer, dict) else None
     counts = usage_counts(usage)  # chat's spelling, or Messages' and Responses' input/output tokens
     if counts is not None:
         record.prompt_tokens, record.output_tokens = counts

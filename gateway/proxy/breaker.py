@@ -149,6 +149,7 @@ class CircuitBreaker:
         self._probes = 0
         self._times_opened = 0
         self._reason = ""
+        self._succeeded_at: float | None = None  # the last success's time
 
     @property
     def state(self) -> StateName:
@@ -215,7 +216,13 @@ class CircuitBreaker:
         self._epoch += 1
         self._probes = 0
 
+    def served_recently(self) -> bool:
+        """A request succeeded within the rate window: the backend is alive and serving."""
+        at = self._succeeded_at
+        return at is not None and self._clock() - at <= self.config.window_seconds
+
     def _on_success(self, now: float, probe: bool) -> None:
+        self._succeeded_at = now
         self._consecutive = 0
         if probe:
             self._close()

@@ -56,7 +56,7 @@ from gateway.proxy.moves import StreamMoves
 from gateway.proxy.reliability import Reliability
 from gateway.proxy.resume import Resume, Transcript, count_tokens, resumable
 from gateway.proxy.stall import Watched
-from gateway.proxy.stream import SseMeter
+from gateway.proxy.stream import MAX_FRAME_BYTES, SseMeter
 from gateway.proxy.upstream import (
     UpstreamConnectError,
     UpstreamConnectTimeout,
@@ -86,8 +86,10 @@ class Dispatcher:
         on_dispatch: Sequence[DispatchListener] = (),
         first_content_s: float | None = None,
         resume_streams: bool = True,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
         self.registry = registry
+        self.max_frame_bytes = max_frame_bytes  # an SSE frame past it breaks the stream (proxy/stream.py)
         self.resume_streams = resume_streams  # continue a stream broken mid-answer on another engine
         self.transport = transport
         self.reliability = reliability  # breakers and admission slots; None: neither is enforced
@@ -191,9 +193,7 @@ class Dispatcher:
             assert tries.last is not None, "dispatch needs at least one candidate"
             await self._unanswerable(exchange, tries, relay.last_failure(exchange, tries.last))
         finally:
-            # No second engine judged the first one's 5xx (none left, or the client went away): it
-            # counts against that engine, as any failure does.
-            self._judged(tries, "failure")
+            self._judged(tries, self._unjudged(tries))
 
     async def _unanswerable(
         self, exchange: Exchange, tries: Tries, answer: Coroutine[Any, Any, None]
@@ -253,6 +253,20 @@ class Dispatcher:
         if outcome == "success":
             self.accounting.note_success(backend)
 
+    def _unjudged(self, tries: Tries) -> Outcome:
+        """The outcome of an engine's 5xx no second engine judged (none left, as in a pool of one, or the
+        client went away). It counts against the engine, as any failure does, unless the engine served a
+        request within its breaker's window: then it is alive and answering, the 5xx most likely this
+        input's, and charging it would let a run of such inputs open the breaker of an engine that serves
+        everyone else (in a pool of one, every request would then get a 503)."""
+        if tries.first_5xx is None or self.reliability is None:
+            return "failure"
+        backend, breakers = tries.first_5xx[0], self.reliability.breakers
+        if backend in breakers and breakers[backend].served_recently():
+            log.info("%s: a 5xx no other engine could judge, not charged: it serves others", backend)
+            return "client_error"
+        return "failure"
+
     def _judged(self, tries: Tries, outcome: Outcome) -> None:
         """The deferred outcome of the first engine's 5xx, now that it is known (or never will be)."""
         if tries.first_5xx is not None:
@@ -298,6 +312,7 @@ class Dispatcher:
         opened: relay.Opened | None = None
         moved: SseMeter | None = None
         payload = b""
+        answer: Any = None
         try:
             try:
                 async with asyncio.timeout(first_content_at) as scope:
@@ -306,10 +321,12 @@ class Dispatcher:
                     response = await self._send(state.config.url + job.path, headers, body, backend)
                     if response.status >= 500 or response.status == 429:
                         raise await _failed_answer(response)
-                    if job.stream and response.status == 200 and "event-stream" in response.content_type:
-                        opened = await relay.open_stream(exchange, response)
+                    if job.stream and response.status == 200:
+                        relay.check_stream_type(response)
+                        opened = await relay.open_stream(exchange, response, self.max_frame_bytes)
                     else:
                         payload = await relay.read_whole(response)
+                        answer = relay.check_whole(response, payload)
                     if watched is not None:
                         watched.scope = None  # the answer goes out from here: never cut it
             except TimeoutError as exc:
@@ -326,7 +343,7 @@ class Dispatcher:
             else:
                 if watched is not None and self.stall is not None:
                     self.stall.heard(watched)
-                await relay.whole(exchange, response, payload)
+                await relay.whole(exchange, response, payload, answer)
             broke = response.status < 300 and record.error is not None  # mid-stream failure
             return "failure" if broke else outcome_of(response.status, None)
         finally:
@@ -355,7 +372,9 @@ class Dispatcher:
 def moved_attempt(record: RequestRecord, meter: SseMeter, started: float) -> RequestRecord:
     """The record of an attempt whose stream was moved to another engine, as far as it went there: its
     engine's TTFT and decode pace, measured like any stream's (the request's own record goes on)."""
-    attempt = replace(record, failures=[], resumed_from=[], moved_from=[], moved_attempts=[])
+    attempt = replace(
+        record, failures=[], resumed_from=[], moved_from=[], moved_attempts=[], stream_breaks=[]
+    )
     take_stream_measures(attempt, meter, started)
     attempt.e2e = monotonic() - started
     return attempt

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,7 @@ from gateway.proxy.errors import error_body, error_frame
 from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, StreamCut
 from gateway.proxy.reliability import ERROR_SOURCE, refusal_headers
 from gateway.proxy.stall import Watched
-from gateway.proxy.stream import SseMeter, split_frames
+from gateway.proxy.stream import MAX_FRAME_BYTES, BadStream, SseMeter, split_frames
 from gateway.proxy.upstream import UpstreamError, UpstreamResponse, UpstreamTimeout
 
 OVERHEAD_MS = b"x-gateway-overhead-ms"  # the gateway's own time: parse, route, rewrite (no queueing)
@@ -36,6 +37,31 @@ SHUTTING_DOWN = "shutting_down"  # the error code of a request the drain deadlin
 # sends before a token; a backend that gets there sends something not taken for content, and is then
 # forwarded as it comes rather than buffered without bound. 1,000 streams waiting hold 64 MB at most.
 HOLD_MAX_BYTES = 64 * 1024
+DONE = b"data: [DONE]\n\n"
+log = logging.getLogger(__name__)
+
+
+def check_stream_type(response: UpstreamResponse) -> None:
+    """A 200 to a stream request must be an event stream: an HTML page (a proxy's login or error page) or
+    any other body is the engine's failure, not an answer to pass on. Before any byte went out."""
+    if "text/event-stream" not in response.content_type:
+        kind = response.content_type or "no content type"
+        raise AttemptFailed(f"the backend answered a stream request with a 200 of {kind}, not SSE", 502)
+
+
+def check_whole(response: UpstreamResponse, payload: bytes) -> Any:
+    """A 200 whole answer, parsed: it must be a JSON object (every route relayed is a JSON API), anything
+    else is the engine's failure and another engine may answer. None for another status."""
+    if response.status != 200:
+        return None
+    try:
+        answer = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
+        why = f"the backend answered 200 with a body that is not a JSON object: {payload[:80]!r}"
+        raise AttemptFailed(why, 502)
+    return answer
 
 
 async def read_whole(response: UpstreamResponse) -> bytes:
@@ -46,11 +72,11 @@ async def read_whole(response: UpstreamResponse) -> bytes:
         raise AttemptFailed(str(exc), 504 if isinstance(exc, UpstreamTimeout) else 502) from exc
 
 
-async def whole(exchange: Exchange, response: UpstreamResponse, payload: bytes) -> None:
-    """The whole answer at once."""
+async def whole(exchange: Exchange, response: UpstreamResponse, payload: bytes, answer: Any = None) -> None:
+    """The whole answer at once (`answer`: the body parsed by `check_whole`)."""
     record = exchange.record
     if response.status == 200:
-        take_usage(record, payload)
+        take_usage(record, answer)
     else:
         record.error = f"HTTP {response.status}"
     exchange.commit()
@@ -68,12 +94,14 @@ class Opened:
     content_type: str
 
 
-async def open_stream(exchange: Exchange, response: UpstreamResponse) -> Opened:
+async def open_stream(
+    exchange: Exchange, response: UpstreamResponse, max_frame_bytes: int = MAX_FRAME_BYTES
+) -> Opened:
     """Read the SSE stream until it has answered (`_until_answered`); nothing reaches the client yet, so a
     failure until then fails the attempt (AttemptFailed) and the next backend serves the client a clean
     stream of its own."""
     transcript = exchange.resume.transcript if exchange.resume is not None else None
-    meter = SseMeter(strip_usage=exchange.job.add_usage, transcript=transcript)
+    meter = SseMeter(exchange.job.add_usage, transcript=transcript, max_frame_bytes=max_frame_bytes)
     if exchange.progress is not None:
         exchange.progress.meter = meter  # the router reads the stream's pace while it is pumped
     # The first-token timeout runs until content arrives (a role frame is not a token).
@@ -113,11 +141,22 @@ async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = N
                 if out := _forwarded(_before_error(out) if cut else out, splice):
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if cut:
+                    _count_break(exchange, "engine_error_frame")
                     raise StreamCut(f"the backend sent an error mid-stream: {failed}")
+                if meter.broken is not None:  # the whole frames before it went out above
+                    raise meter.broken
+                if meter.done:  # the answer is over: what the engine sends after it is not read
+                    _after_done(exchange, meter)
+                    break
             tail = _forwarded(meter.flush(), splice)
+            if not meter.done and meter.error is None:
+                if tail:  # the last frame came without its blank line: it goes out before the end
+                    await send({"type": "http.response.body", "body": tail, "more_body": True})
+                tail = _ended(exchange, meter, splice)
     except UpstreamError as exc:
         # The status is already 200: the client learns of the failure from an error frame.
-        tail = _broke(exchange, meter, f"the backend failed mid-stream: {exc}", "upstream_stream_error")
+        code = exc.code if isinstance(exc, BadStream) else "upstream_stream_error"
+        tail = _broke(exchange, meter, f"the backend failed mid-stream: {exc}", code)
     except TimeoutError:
         if watched is None or watched.cut is None or not scope.expired():
             raise
@@ -139,13 +178,39 @@ def _forwarded(data: bytes, splice: Callable[[bytes], bytes] | None) -> bytes:
     return splice(data) if data and splice is not None else data
 
 
+def _after_done(exchange: Exchange, meter: SseMeter) -> None:
+    """Frames the engine sent after its `[DONE]` in the same read were dropped: say so."""
+    if meter.after_done:
+        backend, count = exchange.record.backend, meter.after_done
+        request = exchange.job.request_id
+        log.warning("request %s: %s sent %d frames after [DONE], dropped", request, backend, count)
+
+
+def _ended(exchange: Exchange, meter: SseMeter, splice: Callable[[bytes], bytes] | None) -> bytes:
+    """The engine ended the stream cleanly but without `[DONE]` (or a typed stream's last event). After
+    the answer's finish only the terminator is missing: the client gets it from the gateway. Before the
+    finish the answer is cut short, which is a break like a reset (`_broke`), never a success."""
+    if meter.complete:
+        return b"" if meter.typed else _forwarded(DONE, splice)
+    why = "the backend ended the stream before its finish_reason and [DONE]"
+    return _broke(exchange, meter, why, "stream_ended_early")
+
+
 def _broke(exchange: Exchange, meter: SseMeter, why: str, code: str) -> bytes:
     """A stream broke after its answer went out: StreamCut when another engine can write the rest
-    (nothing more is sent here), else the error frame and `[DONE]` that end it."""
+    (nothing more is sent here), else the error frame and `[DONE]` that end it. Counted by `code`."""
+    _count_break(exchange, code)
     if _continues(exchange, meter):
         raise StreamCut(why)
     exchange.record.error = why
-    return error_frame(why, code) + b"data: [DONE]\n\n"
+    log.warning("request %s: %s: %s", exchange.job.request_id, exchange.record.backend, why)
+    return error_frame(why, code) + DONE
+
+
+def _count_break(exchange: Exchange, cause: str) -> None:
+    """A stream broke mid-answer on its backend (`gateway_stream_breaks`, by backend and cause)."""
+    record = exchange.record
+    record.stream_breaks.append((record.backend or "none", cause))
 
 
 def _continues(exchange: Exchange, meter: SseMeter) -> bool:
@@ -193,6 +258,8 @@ async def _until_answered(meter: SseMeter, chunks: AsyncIterator[bytes]) -> byte
             if out:
                 held.append(out)
                 size += len(out)
+            if meter.broken is not None:
+                raise meter.broken
             if meter.answered or size > HOLD_MAX_BYTES:
                 break
         else:

@@ -31,6 +31,21 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.clock import reader
+from gateway.proxy.upstream import UpstreamError
+
+# The largest SSE frame an engine may send (limits.max_sse_frame_bytes): a token's frame is ~200 bytes,
+# a Responses stream's final event repeats the whole answer. Past it the stream is broken, not buffered.
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+_BAD = "bad_frame"  # BadStream's code for a data frame that is not a JSON object nor `[DONE]`
+
+
+class BadStream(UpstreamError):
+    """The engine's stream broke the SSE protocol (`code` says how): a failure of the engine, handled
+    like a reset, before the first content (failover) or after it (continued or an error frame)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 _CONTENT_KEYS = ("content", "reasoning", "reasoning_content", "tool_calls", "function_call")
 # Typed events that carry generated content: Messages deltas, Responses text, reasoning and tool deltas.
@@ -61,8 +76,10 @@ class SseMeter:
         strip_usage: bool,
         clock: Callable[[], float] | None = None,
         transcript: Transcribes | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
         self.strip_usage = strip_usage
+        self.max_frame_bytes = max_frame_bytes
         self.clock = clock if clock is not None else reader()  # read per chunk: chosen once
         self.transcript = transcript  # told every frame with `choices`, for a stream that may be resumed
         self.first_token_at: float | None = None
@@ -73,10 +90,21 @@ class SseMeter:
         self.error: dict[str, Any] | None = None
         self.done = False
         self.finished = False  # a finish_reason before any content, or the final usage frame
+        # The answer's end was seen: a finish_reason (before or after content), the final usage frame, or
+        # a typed stream's last event. A stream that stops without it (or `done`) broke.
+        self.complete = False
+        self.typed = False  # an Anthropic Messages or Responses stream: it ends without `[DONE]`
         self._buf = bytearray()
+        # The engine broke the protocol (a frame past the cap, a data frame that is not JSON): the frames
+        # before it went out, the stream ends at the next read.
+        self.broken: BadStream | None = None
+        self.after_done = 0  # frames the engine sent after `[DONE]`: dropped
 
     def feed(self, chunk: bytes) -> bytes:
-        """Take the bytes of one upstream read; return the bytes to forward now (whole frames only)."""
+        """Take the bytes of one upstream read; return the bytes to forward now (whole frames only).
+        BadStream once the engine broke the protocol (at the read after it, or `flush`)."""
+        if self.broken is not None:
+            raise self.broken
         if (
             not self._buf
             and chunk.endswith(b"\n\n")
@@ -86,18 +114,30 @@ class SseMeter:
             # The usual read: exactly one whole LF-separated frame. Inspected in place, no buffer copies.
             return chunk if self._inspect(chunk[:-2], self.clock()) else b""
         buf = self._buf
+        # What was buffered holds no whole separator: only its last 3 bytes may begin one, so the search
+        # covers the new bytes (a frame arriving in a thousand reads is searched once, not 500 times).
+        searched = max(0, len(buf) - 3)
         buf += chunk
         now = self.clock()
         start = emit_from = 0
         kept: list[bytes] = []
         while True:
-            end, sep = _boundary(buf, start)
+            end, sep = _boundary(buf, max(start, searched))
             if end < 0:
                 break
             if not self._inspect(bytes(buf[start:end]), now):
                 kept.append(bytes(buf[emit_from:start]))
                 emit_from = end + sep
             start = end + sep
+        if len(buf) - start > self.max_frame_bytes:
+            # The whole frames before it still go out (the transcript has their text); the oversized
+            # one is dropped now, and the next read or the end raises.
+            self.broken = BadStream(
+                f"the backend sent an SSE frame over {self.max_frame_bytes} bytes", "frame_too_large"
+            )
+            kept.append(bytes(buf[emit_from:start]))
+            buf.clear()
+            return b"".join(kept)
         if start == 0:
             return b""
         kept.append(bytes(buf[emit_from:start]))
@@ -113,6 +153,8 @@ class SseMeter:
 
     def flush(self) -> bytes:
         """A trailing frame without its blank line, forwarded as it came (if it is kept)."""
+        if self.broken is not None:
+            raise self.broken
         rest, self._buf = bytes(self._buf), bytearray()
         if rest.strip() and self._inspect(rest.rstrip(b"\r\n"), self.clock()):
             return rest
@@ -120,6 +162,9 @@ class SseMeter:
 
     def _inspect(self, frame: bytes, now: float) -> bool:
         """Measure one frame (without its separator); False if it must not reach the client."""
+        if self.done or self.broken is not None:
+            self.after_done += self.done  # the answer was over: nothing more reaches the client
+            return False
         payload = frame_data(frame)
         if payload is None:
             return True
@@ -129,9 +174,11 @@ class SseMeter:
         try:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return True
+            self.broken = BadStream(f"the backend sent a data frame that is not JSON: {payload[:80]!r}", _BAD)
+            return False
         if not isinstance(event, dict):
-            return True
+            self.broken = BadStream(f"the backend sent a data frame not an object: {payload[:80]!r}", _BAD)
+            return False
         if event.get("error") is not None:
             error = event["error"]
             self.error = error if isinstance(error, dict) else {"message": str(error)}
@@ -144,19 +191,24 @@ class SseMeter:
             self.transcript.take(event, choices)
         if _has_content(choices):
             self._token(now)
-        elif self.first_token_at is None and _has_finish(choices):
-            self.finished = True  # asked only before the first token: nothing more once content flows
+            if _has_finish(choices):
+                self.complete = True  # the last token and the finish in one frame
+        elif _has_finish(choices):
+            self.complete = True
+            if self.first_token_at is None:
+                self.finished = True
         usage = event.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
             if choices:
                 return True  # usage riding on a delta (continuous usage stats): not the final frame
-            self.finished = True
+            self.finished = self.complete = True
             return not self.strip_usage
         return True
 
     def _typed_event(self, event: dict[str, Any], now: float) -> None:
         """One event of an Anthropic Messages or a Responses stream (both end without [DONE])."""
+        self.typed = True
         kind = event["type"]
         if kind in _DELTA_EVENTS:
             if _event_has_content(event):
@@ -170,9 +222,9 @@ class SseMeter:
             self._take_usage(message.get("usage") if isinstance(message, dict) else None)
         elif kind == "message_delta":
             self._take_usage(event.get("usage"))
-            self.finished = True  # its stop_reason ends the message
+            self.finished = self.complete = True  # its stop_reason ends the message
         elif kind == "message_stop":
-            self.finished = self.done = True
+            self.finished = self.complete = self.done = True
         elif kind in _FINAL_RESPONSE_EVENTS:
             response = event.get("response")
             if isinstance(response, dict):
@@ -180,7 +232,7 @@ class SseMeter:
                 error = response.get("error")
                 if kind == "response.failed" and self.error is None:
                     self.error = error if isinstance(error, dict) else {"message": "the response failed"}
-            self.finished = self.done = True
+            self.finished = self.complete = self.done = True
         elif kind == "error":  # Responses: {"type": "error", "code", "message"}
             self.error = {"message": str(event.get("message", "")), "code": event.get("code")}
 
@@ -286,4 +338,7 @@ def _has_content(choices: Any) -> bool:
 def _has_finish(choices: Any) -> bool:
     if not isinstance(choices, list):
         return False
-    return any(isinstance(choice, dict) and choice.get("finish_reason") for choice in choices)
+    for choice in choices:  # noqa: SIM110 - a plain loop, as in _has_content: it runs for every frame
+        if isinstance(choice, dict) and choice.get("finish_reason"):
+            return True
+    return False

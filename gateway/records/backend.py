@@ -28,3 +28,6 @@ class BackendSnapshot:
     # max_running_requests, llama.cpp total_slots; vLLM does not tell its max_num_seqs).
     engine_waiting: float | None = None
     engine_capacity: int | None = None
+    # What the engine ran when last seen with a persisting queue (backends/scraper.py `running_limit`):
+    # its limit in practice, learned where it does not say it (vLLM). Read by the overload spill only.
+    engine_full_at: int | None = None

@@ -36,6 +36,9 @@ class RequestRecord:
     failures: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) per failed attempt
     # Backends whose stream of it broke mid-answer, the answer continued elsewhere (proxy/resume.py).
     resumed_from: list[str] = field(default_factory=list)
+    # (backend, cause) per stream that broke after content went out: a reset, an end before the answer's
+    # finish and `[DONE]`, the engine's error frame, a stall (proxy/relay.py); continued or not.
+    stream_breaks: list[tuple[str, str]] = field(default_factory=list)
     # Those of them whose stream did not break but was cut to finish on a faster engine (proxy/moves.py).
     moved_from: list[str] = field(default_factory=list)
     # Each moved attempt as far as it went (backend, its own record): a sample of that engine's pace.

@@ -1,11 +1,20 @@
 """Overload spill: a ranking never piles onto a saturated backend while another one has room.
 
 A backend is saturated when a request sent to it now would wait inside the engine instead of running:
-- its engine says requests are already waiting (`engine_waiting` > 0, from its latest fresh report) while
-  the gateway has requests in flight there (a report of a queue the gateway's own count says is gone is
-  older than that count: a request caught between two engine steps by the scrape, since finished), or
-- the gateway's in-flight count to it is at or past its capacity: the smaller of its configured
-  `max_concurrency` and the engine's own limit on running sequences (`engine_capacity`), where known.
+- where its capacity is known, when the gateway's in-flight count to it is at or past it. The capacity
+  is the smallest of its configured `max_concurrency`, the engine's own limit on running sequences
+  (`engine_capacity`) and what the engine ran when last seen with a queue behind it (`engine_full_at`,
+  learned from its metrics: vLLM does not say its max_num_seqs). The count is live, so each request is
+  judged on the load of the moment: a backend takes requests again one by one as its own finish;
+- where it is not known, when its engine says requests are already waiting (`engine_waiting` > 0, from
+  its latest fresh report) while the gateway has requests in flight there (a report of a queue the
+  gateway's own count says is gone is older than that count: a request caught between two engine steps
+  by the scrape, since finished).
+
+The report of a queue is up to a scrape interval old and says yes or no for all of that time: judged by
+it alone, every request spilled while it said yes and none once it said no, traffic flipping wholesale
+in blocks of seconds (p99 +24-34% against no spill), and a burst of 2,000 arriving between two scrapes
+spilled nothing while the preferred engine queued 992. The learned capacity replaces it once known.
 
 Spilling reorders a ranking so the backends with room come first, each group keeping its own order: the
 best backend with room takes the request, and the saturated ones stay behind it as the failover order.
@@ -25,20 +34,19 @@ from gateway.records import BackendSnapshot, Spill
 
 
 def capacity(b: BackendSnapshot) -> int | None:
-    """How many requests the backend runs at once, where known: the tighter of the two limits."""
-    known = [c for c in (b.max_concurrency, b.engine_capacity) if c is not None]
+    """How many requests the backend runs at once, where known: the tightest of the limits."""
+    known = [c for c in (b.max_concurrency, b.engine_capacity, b.engine_full_at) if c is not None]
     return min(known) if known else None
 
 
 def saturation(b: BackendSnapshot) -> str | None:
     """Why a request sent to `b` now would queue, or None when it has room (as far as anyone knows)."""
-    why = []
     limit = capacity(b)
-    if limit is not None and b.inflight >= limit:
-        why.append(f"{b.inflight} in flight, capacity {limit}")
+    if limit is not None:
+        return f"{b.inflight} in flight, capacity {limit}" if b.inflight >= limit else None
     if b.engine_waiting is not None and b.engine_waiting > 0 and b.inflight > 0:
-        why.append(f"{b.engine_waiting:g} waiting in the engine")
-    return "; ".join(why) or None
+        return f"{b.engine_waiting:g} waiting in the engine"
+    return None
 
 
 def spill(

@@ -29,6 +29,13 @@ class Limits(Strict):
         "continued on another backend of its pool from the text the client has (proxy/resume.py)",
     )
     connections: int = Field(default=1024, ge=1, description="upstream connection pool size")
+    # Client connections held at once (api/connections.py): past it the longest-idle one is closed, or the
+    # newcomer gets a 503 when all are busy. None: what the open-files limit (raised to its hard limit at
+    # start) leaves after the upstream pool and a reserve of 64.
+    max_client_connections: int | None = Field(default=None, ge=16)
+    # One SSE frame from an engine (a token's is ~200 bytes; a Responses stream's last event repeats the
+    # answer): past it the stream is broken (failover or continuation), never buffered further.
+    max_sse_frame_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
     # The request head (request line and headers): 431 past either limit, before auth and the body.
     max_head_bytes: int = Field(default=64 * 1024, ge=1024, description="request line + all headers")
     max_header_line_bytes: int = Field(default=16 * 1024, ge=256, description="one header or the URL")
@@ -37,11 +44,15 @@ class Limits(Strict):
     max_messages: int = Field(default=4096, ge=1)
     max_tools: int = Field(default=1024, ge=1)
     max_parts: int = Field(default=1024, ge=1, description="content parts in one message")
+    # Values in a whole body, any field (token ids in `prompt`, an unknown array): counted as its commas
+    # and brackets before parsing, so a refusal costs milliseconds; a parse then costs at most ~0.3 s.
+    max_values: int = Field(default=1 << 20, ge=1024, description="JSON values in one body, any field")
     # orjson writes at most 254 levels, and the gateway re-encodes bodies it rewrites.
     max_depth: int = Field(default=64, ge=8, le=200, description="JSON nesting of a body")
-    # Bodies at least this big are parsed and checked off the event loop, so streams keep flowing.
+    # Bodies at least this big are parsed under the byte budget below, checked in a worker thread and
+    # freed in steps, so streams keep flowing.
     parse_offload_bytes: int = Field(default=256 * 1024, ge=0)
-    # Bytes of body being parsed off the loop at once (a parsed tree is ~15x its JSON): more wait.
+    # Bytes of big bodies being read and parsed at once (a parsed tree is ~15x its JSON): more wait.
     parse_budget_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
 

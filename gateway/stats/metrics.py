@@ -53,6 +53,12 @@ class GatewayMetrics:
             ["backend"],
             registry=registry,
         )
+        self.stream_breaks = Counter(
+            "gateway_stream_breaks",
+            "Streams that broke after content went out (continued elsewhere or ended with an error frame)",
+            ["backend", "cause"],
+            registry=registry,
+        )
         self.overhead = Histogram(
             "gateway_overhead_seconds",
             "The gateway's own time per request before the upstream call (parse, route, rewrite)",
@@ -85,6 +91,8 @@ class GatewayMetrics:
         self._queue_wait_child(record.model).observe(record.queue_wait)
         for failed, _why in record.failures:
             self.failovers.labels(failed).inc()
+        for broken, cause in record.stream_breaks:  # causes: a handful of fixed codes (proxy/relay.py)
+            self.stream_breaks.labels(broken, cause).inc()
         if record.backend is None:
             return
         cell = self._cell(backend, record.profile)

@@ -119,6 +119,25 @@ async def test_waiting_on_an_engine_that_has_run_more_at_once_is_no_queue_unless
     assert queues == [0.0, 0.0, 0.0, 1.0, 2.0, 2.0, 3.0]
 
 
+async def test_what_an_engine_ran_with_a_queue_behind_is_its_running_limit_and_does_not_go_stale() -> None:
+    fetch, clock = ScriptedFetch(), FakeClock()
+    reports = [(0, 8, 0.2), (3, 16, 0.2), (5, 16, 0.2), (0, 10, 0.2), (4, 12, 0.97), (4, 12, 0.97)]
+    fetch.bodies[A.url] = [_vllm_text(w, 1, 2, 1, running=r, kv=kv) for w, r, kv in reports]
+    scraper = MetricsScraper([A], fetch, interval_s=1.0, clock=clock)
+    limits: list[int | None] = []
+    for _ in range(6):
+        await scraper.scrape_once()
+        limits.append(scraper.running_limit("mtp"))
+        clock.t += 1.0
+    # Full at 16 with a queue in two reports running; then, twice, at 12 for want of cache: the latest
+    # queue's is the limit now.
+    assert limits == [None, None, 16, 16, 16, 12]
+    clock.t += 100.0  # no scrape for long: the queue's length is stale, the limit is not
+    assert scraper.running_limit("mtp") == 12
+    scraper.set_targets([ScrapeTarget("mtp", "http://other/metrics", "vllm")])
+    assert scraper.running_limit("mtp") is None  # another engine: another limit
+
+
 async def test_data_goes_stale_after_three_intervals_without_a_good_scrape() -> None:
     fetch, clock = ScriptedFetch(), FakeClock()
     fetch.bodies[A.url] = [_vllm_text(0, 1, 2, 1)]

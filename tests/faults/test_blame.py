@@ -117,3 +117,38 @@ async def test_a_5xx_that_says_unavailable_is_failed_over_and_never_blamed_on_th
         breakers = await p.breakers()
     assert status == 502
     assert all(breakers[n]["consecutive_failures"] == 1 for n in ("a", "b"))
+
+
+@asynccontextmanager
+async def alone(engine: ScriptedEngine) -> AsyncIterator[Pair]:
+    """A pool of one engine: no second engine to judge its 500s."""
+    async with AsyncExitStack() as stack:
+        url_a, _ = await stack.enter_async_context(serve_asgi(engine))
+        url, gateway, _ = await stack.enter_async_context(
+            serve_gateway(gateway_settings({engine.name: url_a}))
+        )
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20))
+        await stack.enter_async_context(session)
+        async with asyncio.timeout(5):
+            while any(s.status is not Status.READY for s in gateway.registry.backends.values()):
+                await asyncio.sleep(0.02)
+        yield Pair(url, gateway, {engine.name: engine}, session)
+
+
+async def test_a_single_engine_keeps_serving_through_a_run_of_inputs_it_answers_500() -> None:
+    async with alone(ScriptedEngine("a")) as p:
+        assert (await p.post(GOOD))[0] == 200  # it serves
+        bad = [await p.post(BAD) for _ in range(20)]  # four times the consecutive-failure threshold
+        good = [await p.post(GOOD) for _ in range(5)]
+        breakers = await p.breakers()
+    assert all(status == 500 for status, _, _ in bad)  # the engine's answer, passed through
+    assert [status for status, _, _ in good] == [200] * 5
+    assert breakers["a"]["state"] == "closed" and breakers["a"]["consecutive_failures"] == 0
+
+
+async def test_a_single_engine_that_serves_nothing_still_opens_its_breaker() -> None:
+    async with alone(ScriptedEngine("a")) as p:
+        bad = [await p.post(BAD) for _ in range(5)]  # no success ever: the engine, not the input
+        breakers = await p.breakers()
+    assert [status for status, _, _ in bad] == [500] * 5
+    assert breakers["a"]["state"] == "open"

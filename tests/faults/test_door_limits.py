@@ -102,3 +102,17 @@ async def test_the_count_limits_are_settings() -> None:
     assert refused.status == 400
     assert error(refused)["param"] == "messages" and "limit of 10" in error(refused)["message"]
     assert ok.status == 200
+
+
+async def test_a_body_of_more_values_than_the_limit_is_a_400_whatever_the_field() -> None:
+    zeros = b",".join([b"0"] * 1_500_000)
+    unknown = CHAT[:-1] + b',"extra":[' + zeros + b"]}"  # a field no check knows of
+    ids = orjson.dumps({"model": MODEL, "max_tokens": 4})[:-1] + b',"prompt":[' + zeros + b"]}"
+    async with door() as (host, port):  # the default limit, 1,048,576
+        chat = await send_raw(host, port, request(unknown, extra=KEY))
+        completions = await send_raw(host, port, request(ids, path="/v1/completions", extra=KEY))
+        ok = await send_raw(host, port, request(CHAT, extra=KEY))
+    for refused in (chat, completions):
+        assert refused.status == 400, refused
+        assert "more than 1048576 JSON values" in error(refused)["message"]
+    assert ok.status == 200

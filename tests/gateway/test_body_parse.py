@@ -1,17 +1,18 @@
-"""api/body_parse.py: big bodies parsed in steps, to the same result as orjson, stopping at count limits,
-yielding to the loop, under a byte budget."""
+"""api/body_parse.py: bodies bounded in values before parsing, parsed to orjson's result, big ones under a
+byte budget and freed in steps."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import orjson
 import pytest
 
-from gateway.api.body_parse import BATCH, BadJson, BodyParser, ByteBudget, parse_in_steps
-from gateway.api.request_checks import BodyLimits
+from gateway.api.body_parse import BATCH, BadJson, BodyParser, ByteBudget, values_bound
+from gateway.api.request_checks import MAX_VALUES, BodyLimits
 
 DOCS = [
     b"{}",
@@ -36,25 +37,53 @@ BAD = [
 
 
 @pytest.mark.parametrize("raw", DOCS)
-async def test_a_body_parsed_in_steps_equals_orjsons_parse(raw: bytes) -> None:
-    assert (await parse_in_steps(raw, {})).body == orjson.loads(raw)
+@pytest.mark.parametrize("offload", [0, 1 << 20])
+async def test_a_body_parses_to_orjsons_result_inline_or_offloaded(raw: bytes, offload: int) -> None:
+    parser = BodyParser(BodyLimits(), offload_bytes=offload, budget_bytes=1 << 20)
+    assert (await parser.parse(raw)).body == orjson.loads(raw)
 
 
 @pytest.mark.parametrize("raw", BAD)
-async def test_invalid_json_is_bad_json_never_another_exception(raw: bytes) -> None:
+@pytest.mark.parametrize("offload", [0, 1 << 20])
+async def test_invalid_json_is_bad_json_never_another_exception(raw: bytes, offload: int) -> None:
+    parser = BodyParser(BodyLimits(), offload_bytes=offload, budget_bytes=1 << 20)
     with pytest.raises(BadJson):
-        await parse_in_steps(raw, {})
+        await parser.parse(raw)
 
 
-async def test_a_body_that_is_not_an_object_is_not_parsed() -> None:
-    assert (await parse_in_steps(b" [1, 2, 3]", {})).body is None
+@pytest.mark.parametrize("raw", [b"[]", b"[1,2]", b'{"a":[1,{"b":2},[3,4]],"c":{}}', b'{"s":"x"}'])
+def test_the_values_bound_is_never_under_the_count_of_values(raw: bytes) -> None:
+    def count(value: object) -> int:
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+        return 1 + sum(count(child) for child in children)
+
+    assert 1 + values_bound(raw) >= count(orjson.loads(raw))
 
 
-async def test_parsing_stops_at_the_first_item_past_a_count_limit() -> None:
-    raw = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}] * 50_000})
-    parsed = await parse_in_steps(raw, {"messages": 100})
-    assert parsed.problem == ("`messages` has more than 100 items, over the limit of 100", "messages")
-    assert len(parsed.body["messages"]) == 101  # nothing parsed past the limit
+@pytest.mark.parametrize(
+    "field, items",
+    [("x", b"0"), ("prompt", b"123456")],  # an unknown array of zeros; a prompt of token ids
+)
+async def test_a_body_of_too_many_values_is_refused_before_parsing_in_milliseconds(
+    field: str, items: bytes
+) -> None:
+    raw = b'{"model":"m","' + field.encode() + b'":[' + b",".join([items] * 2_000_000) + b"]}"
+    parser = BodyParser(BodyLimits(), offload_bytes=256 * 1024, budget_bytes=64 << 20)
+    began = time.process_time()
+    parsed = await parser.parse(raw)
+    cpu = time.process_time() - began
+    assert parsed.body is None and parsed.problem is not None
+    assert f"more than {MAX_VALUES} JSON values" in parsed.problem[0]
+    assert cpu < 0.2  # one pass of bytes.count; a parse of two million items costs several times this
+
+
+async def test_a_body_within_the_values_limit_is_parsed_whole() -> None:
+    raw = orjson.dumps({"model": "m", "prompt": list(range(200_000))})
+    parser = BodyParser(BodyLimits(max_values=200_010), offload_bytes=1024, budget_bytes=64 << 20)
+    parsed = await parser.parse(raw)
+    assert parsed.problem is None and parsed.body["prompt"][-1] == 199_999
+    tight = BodyParser(BodyLimits(max_values=100_000), offload_bytes=1 << 30, budget_bytes=64 << 20)
+    assert (await tight.parse(raw)).problem is not None  # the bound holds for inline parses too
 
 
 @asynccontextmanager
@@ -75,25 +104,6 @@ async def loop_turns() -> AsyncIterator[Callable[[], int]]:
         yield lambda: turns - start
     finally:
         task.cancel()
-
-
-async def test_the_loop_runs_between_batches_of_items() -> None:
-    raw = orjson.dumps({"messages": [{"role": "user", "content": "x"}] * (BATCH * 20)})
-    async with loop_turns() as turns:
-        parsed = await parse_in_steps(raw, {})
-    assert len(parsed.body["messages"]) == BATCH * 20
-    assert turns() >= 20  # a turn of the loop at least every batch; orjson would give none
-
-
-async def test_small_bodies_are_parsed_inline_big_ones_in_steps_to_the_same_result() -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}] * 2000}
-    raw = orjson.dumps(body)
-    inline = BodyParser(BodyLimits(), offload_bytes=len(raw) + 1, budget_bytes=1 << 20)
-    stepped = BodyParser(BodyLimits(), offload_bytes=1024, budget_bytes=1 << 20)
-    assert (await inline.parse(raw)).body == (await stepped.parse(raw)).body == body
-    assert await stepped.check(body, len(raw)) is None  # the walk, in a worker thread
-    limited = BodyParser(BodyLimits(max_messages=10), offload_bytes=1024, budget_bytes=1 << 20)
-    assert (await limited.check(body, len(raw))) is not None
 
 
 async def test_the_budget_lets_big_bodies_through_a_few_at_a_time() -> None:

@@ -75,6 +75,18 @@ def test_error_after_200_is_counted_as_a_stream_error_and_failovers_per_backend(
     assert got[("gateway_upstream_failures_total", (("backend", "b"),))] == 1
 
 
+def test_a_stream_broken_mid_answer_is_counted_by_backend_and_cause_continued_or_not() -> None:
+    metrics, _ = make()
+    record = RequestRecord("r", "m", "chat", "default", True, backend="b", status=200)
+    record.stream_breaks = [("a", "stream_ended_early"), ("b", "upstream_stream_error")]
+    metrics.observe(record)
+    metrics.observe(RequestRecord("s", "m", "chat", "default", True, backend="a", status=200))
+    got = samples(metrics)
+    key = "gateway_stream_breaks_total"
+    assert got[(key, (("backend", "a"), ("cause", "stream_ended_early")))] == 1
+    assert got[(key, (("backend", "b"), ("cause", "upstream_stream_error")))] == 1
+
+
 def test_backend_gauges_are_read_at_scrape_time() -> None:
     metrics, registry = make()
     registry.set_status("a", Status.READY)

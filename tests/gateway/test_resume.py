@@ -319,3 +319,66 @@ def test_a_messages_request_translated_to_chat_is_continued_as_chat_under_the_an
     assert text == "Hello world" and "error" not in kinds
     assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop"
     assert [e["usage"]["output_tokens"] for e in data if e["type"] == "message_delta"] == [10]
+
+
+def test_a_stream_ended_cleanly_before_its_finish_and_done_is_continued_by_another_engine() -> None:
+    a = MockResponse(200, [chunk(role=True), chunk("Hel"), chunk("lo")], "text/event-stream")  # then EOF
+    rest = [chunk(role=True, ident="b-9"), chunk(" world", ident="b-9"), chunk(finish="stop", ident="b-9")]
+    b = MockResponse(200, [*rest, DONE], "text/event-stream")
+    raw, records = run_dispatch(Backends({"a": a, "b": b}, {"b": 2}), {**CHAT, "stream": True})
+
+    parsed = events(raw)
+    assert text_of(parsed) == "Hello world" and parsed[-1] == "[DONE]"
+    assert not any(isinstance(e, dict) and "error" in e for e in parsed)
+    (record,) = records
+    assert record.resumed_from == ["a"] and record.stream_breaks == [("a", "stream_ended_early")]
+
+
+def test_a_stream_ended_early_that_no_engine_continues_ends_with_an_error_frame() -> None:
+    a = MockResponse(200, [chunk(role=True), chunk("Hel")], "text/event-stream")
+    b = MockResponse(200, [chunk(" x", ident="b-9"), DONE], "text/event-stream")
+    raw, records = run_dispatch(Backends({"a": a, "b": b}, {"b": None}), {**CHAT, "stream": True})
+
+    parsed = events(raw)
+    assert text_of(parsed) == "Hel" and parsed[-1] == "[DONE]"
+    assert "before its finish_reason and [DONE]" in parsed[-2]["error"]["message"]
+    (record,) = records
+    assert record.error is not None and record.stream_breaks == [("a", "stream_ended_early")]
+
+
+def test_a_stream_ended_after_its_finish_without_done_gets_its_done_and_is_no_break() -> None:
+    a = MockResponse(200, [chunk(role=True), chunk("Hi"), chunk(finish="stop")], "text/event-stream")
+    backends = Backends({"a": a, "b": MockResponse(200, [DONE], "text/event-stream")}, {"b": 1})
+    raw, records = run_dispatch(backends, {**CHAT, "stream": True})
+
+    parsed = events(raw)
+    assert text_of(parsed) == "Hi" and parsed[-1] == "[DONE]" and parsed.count("[DONE]") == 1
+    assert [s[0] for s in backends.sent] == ["a"]
+    (record,) = records
+    assert record.error is None and record.stream_breaks == []
+
+
+def test_a_line_that_never_ends_is_a_break_continued_on_another_engine() -> None:
+    endless = [b"data: "] + [b"x" * 65536] * 200  # 13 MB of one frame, past the 8 MiB cap
+    a = MockResponse(200, [chunk(role=True), chunk("Hel"), chunk("lo"), *endless], "text/event-stream")
+    rest = [chunk(" world", ident="b-9"), chunk(finish="stop", ident="b-9"), DONE]
+    b = MockResponse(200, rest, "text/event-stream")
+    raw, records = run_dispatch(Backends({"a": a, "b": b}, {"b": 2}), {**CHAT, "stream": True})
+
+    parsed = events(raw)
+    assert text_of(parsed) == "Hello world" and parsed[-1] == "[DONE]" and b"xxxx" not in raw
+    (record,) = records
+    assert record.resumed_from == ["a"] and record.stream_breaks == [("a", "frame_too_large")]
+
+
+def test_a_line_that_never_ends_before_any_content_fails_over() -> None:
+    endless = [b"data: "] + [b"x" * 65536] * 200
+    a = MockResponse(200, [chunk(role=True), *endless], "text/event-stream")
+    rest = [chunk("hi", ident="b-9"), chunk(finish="stop", ident="b-9"), DONE]
+    b = MockResponse(200, rest, "text/event-stream")
+    raw, records = run_dispatch(Backends({"a": a, "b": b}, {"b": 2}), {**CHAT, "stream": True})
+
+    parsed = events(raw)
+    assert text_of(parsed) == "hi" and parsed[-1] == "[DONE]"
+    (record,) = records
+    assert record.backend == "b" and "over 8388608 bytes" in record.failures[0][1]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import orjson
+import time
 
-from gateway.proxy.stream import SseMeter
+import orjson
+import pytest
+
+from gateway.proxy.stream import BadStream, SseMeter
 
 
 class Ticks:
@@ -137,3 +140,29 @@ def test_a_finish_the_final_usage_frame_an_error_frame_and_done_answer() -> None
         meter = SseMeter(strip_usage=True)
         meter.feed(ROLE + frame)
         assert meter.answered, frame
+
+
+def test_a_frame_past_the_cap_breaks_the_stream_holding_no_more_than_the_cap() -> None:
+    meter = SseMeter(strip_usage=False, max_frame_bytes=1 << 20)
+    read = b"x" * 65536
+    began = time.process_time()
+    assert meter.feed(chunk("a") + b"data: ") == chunk("a")  # whole frames before it still go out
+    with pytest.raises(BadStream) as broken:
+        for _ in range(80 * 16):  # 80 MB of one line that never ends
+            meter.feed(read)
+            assert len(meter._buf) <= (1 << 20) + len(read)
+    assert broken.value.code == "frame_too_large"
+    assert time.process_time() - began < 0.5
+    with pytest.raises(BadStream):
+        meter.flush()  # the end of the stream says so too
+
+
+def test_a_big_frame_arriving_in_small_reads_is_searched_once() -> None:
+    meter = SseMeter(strip_usage=False, max_frame_bytes=16 << 20)
+    body = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": "y" * (8 << 20)}}]})
+    began = time.process_time()
+    out = [meter.feed(body[i : i + 4096]) for i in range(0, len(body), 4096)]
+    out.append(meter.feed(b"\n\n"))
+    # Searching the whole buffer on each of the 2,000 reads is ~8 GB of scanning: seconds, not this.
+    assert time.process_time() - began < 0.3
+    assert b"".join(out) == body + b"\n\n" and meter.first_token_at is not None

@@ -169,3 +169,24 @@ def test_least_busy_router_spills_off_a_queueing_engine() -> None:
     assert decision.ranked == ("b", "a") and decision.spill is not None
     calm = [BackendSnapshot("a", inflight=1, engine_waiting=0.0), BackendSnapshot("b", inflight=2)]
     assert LeastBusyRouter().route("chat", BODY, calm).ranked == ("a", "b")
+
+
+def test_a_learned_limit_judges_each_request_on_the_live_count_not_on_a_stale_queue_report() -> None:
+    # The last report said 5 waiting; since then the gateway's own requests there dropped to 2 of the 4
+    # the engine was seen running when full: room now, whatever the report still says.
+    room = BackendSnapshot("a", inflight=2, engine_waiting=5.0, engine_full_at=4)
+    assert saturation(room) is None
+    assert saturation(BackendSnapshot("a", inflight=4, engine_waiting=0.0, engine_full_at=4)) is not None
+    # Nothing learned: the report is all there is.
+    assert saturation(BackendSnapshot("a", inflight=2, engine_waiting=5.0)) is not None
+
+
+def test_a_burst_spills_as_it_arrives_once_the_limits_are_known() -> None:
+    from gateway.routing.spill import spill
+
+    inflight = {"a": 0, "b": 0}
+    for _ in range(40):  # forty requests routed at once, before any scrape: only live counts move
+        snapshots = {n: BackendSnapshot(n, inflight=inflight[n], engine_full_at=8) for n in inflight}
+        order, _ = spill(("a", "b"), snapshots)
+        inflight[order[0]] += 1
+    assert inflight == {"a": 20, "b": 20}  # 8 each, then the shortest queue per slot, turn about
