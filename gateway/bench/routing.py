@@ -535,6 +535,8 @@ def _handle(args: argparse.Namespace) -> int:
     reports = []
     for report in run_jobs(bench_fleet, jobs, args.jobs):
         reports.append(report)
+        if args.write_golden:  # fleet by fleet: a long run stopped half-way keeps what it measured
+            write_golden(Path(args.write_golden), [report], current_commit())
         if not args.json:  # each fleet's table as soon as it is done: a long set shows its progress
             print(f"{report.table}\n{_timing(report)}\n", flush=True)
             if pair is not None:
@@ -546,7 +548,6 @@ def _handle(args: argparse.Namespace) -> int:
     else:
         print(render_summary([(_label(r), r.results) for r in reports]))
     if args.write_golden:
-        write_golden(Path(args.write_golden), reports, current_commit())
         print(f"golden figures of {len(reports)} fleet(s) written to {args.write_golden}", file=sys.stderr)
     if golden is None:
         return 0
