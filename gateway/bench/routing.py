@@ -36,6 +36,11 @@ the bench says. Request bodies are built before the first replay (routing_trace.
 `--fleets` benches several fleets, each with its own trace and time scale if given (routing_suite.py),
 side by side in `--jobs` worker processes, and ends with one summary: a row per fleet with each
 strategy's median goodput and the must-show checks (routing_report.must_show) judged on their medians.
+
+Reproducing: `--strategies` replays some strategies only (no oracle search unless an oracle is named);
+`--write-golden` and `--against` keep and compare each strategy's rounds (routing_golden.py); every
+decision is timed in thread CPU and logged (routing_decisions.py: `--decisions`, `--diff-decisions`,
+`bench routing-diff`), and `--charge-decision-cpu` charges that CPU to the virtual clock.
 """
 
 from __future__ import annotations

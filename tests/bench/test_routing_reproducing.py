@@ -51,6 +51,19 @@ def test_strategies_replays_only_those_and_searches_no_oracle(
     assert "oracle" not in document
 
 
+def test_a_strategy_replayed_alone_reads_as_in_the_whole_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def adaptive(document: dict[str, Any]) -> list[tuple[int, float, float]]:
+        runs = [r for r in document["results"] if r["policy"] == "adaptive"]
+        return [(r["round"], r["goodput_tok_s"], r["ttft_p95_ms"]) for r in runs]
+
+    _, whole = run_json(tmp_path, capsys, "--repeats", "2")
+    _, alone = run_json(tmp_path, capsys, "--repeats", "2", "--strategies", "adaptive")
+    assert whole["replays"] > alone["replays"] == 2
+    assert adaptive(alone) == adaptive(whole)
+
+
 def test_the_split_oracle_brings_the_oracle_it_starts_from(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
