@@ -358,15 +358,17 @@ async def run_fleet(
         strategies = _strategies(trace.capable(spec), policy, workdir, chosen)
         with tqdm(unit="req", file=sys.stderr, desc=spec.name, disable=not progress) as bar:
             bench = Bench(spec, time_scale, workdir, bar, trace, charge)
-            oracle = split = None
+            oracle: OracleSearch | None = None
+            split: OracleSearch | None = None
             if {"oracle", "split_oracle"} & set(chosen):
                 oracle = await find_oracle(bench)
-                split = await find_split_oracle(bench, oracle, split_budget)
+                if "split_oracle" in chosen:
+                    split = await find_split_oracle(bench, oracle, split_budget)
             results = []
             for round_ in range(repeats):
                 for strategy in strategies:
                     results.append(replace(await bench.run(strategy, round_), round=round_))
-                if oracle is not None and split is not None:
+                if oracle is not None:
                     results += await _oracle_round(bench, oracle, split, round_)
     return FleetRun(
         results,
@@ -394,23 +396,24 @@ def _strategies(
 
 
 async def _oracle_round(
-    bench: Bench, oracle: OracleSearch, split: OracleSearch, round_: int
+    bench: Bench, oracle: OracleSearch, split: OracleSearch | None, round_: int
 ) -> list[StrategyResult]:
-    """One round of both oracles (the split oracle is always replayed with the oracle it starts from)."""
+    """One round of the oracle and, when searched, the split oracle (with the oracle it starts from)."""
     result = replace(await bench.run(oracle.strategy, round_), round=round_)
+    if split is None:
+        return [result]
     if split.assignment:  # no split beat the assignment: the same routing, not replayed twice
         return [result, replace(result, policy="split_oracle", detail=split.strategy.detail)]
     return [result, replace(await bench.run(split.strategy, round_), round=round_)]
 
 
 def _oracle_details(oracle: OracleSearch | None, split: OracleSearch | None) -> dict[str, str]:
-    if oracle is None or split is None:
-        return {}
-    return {
-        "oracle": f"{oracle.strategy.detail} (best of {oracle.tried})",
-        "split_oracle": f"{split.strategy.detail} (best of {split.tried} after the oracle"
-        + ("; no split beat it: the oracle's replays)" if split.assignment else ")"),
-    }
+    details = {} if oracle is None else {"oracle": f"{oracle.strategy.detail} (best of {oracle.tried})"}
+    if split is not None:
+        details["split_oracle"] = f"{split.strategy.detail} (best of {split.tried} after the oracle" + (
+            "; no split beat it: the oracle's replays)" if split.assignment else ")"
+        )
+    return details
 
 
 def bench_fleet(job: FleetJob) -> FleetReport:

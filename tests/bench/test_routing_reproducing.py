@@ -70,6 +70,10 @@ def test_the_split_oracle_brings_the_oracle_it_starts_from(
     code, document = run_json(tmp_path, capsys, "--repeats", "1", "--strategies", "split_oracle")
     assert code == 0
     assert [r["policy"] for r in document["results"]] == ["oracle", "split_oracle"]
+    # The oracle alone: its search (the tiny fleet's 2 assignments) and one round, no split search.
+    code, document = run_json(tmp_path, capsys, "--repeats", "1", "--strategies", "oracle")
+    assert code == 0 and [r["policy"] for r in document["results"]] == ["oracle"]
+    assert document["replays"] == 2 + 1 and "split_oracle" not in document
 
 
 @pytest.mark.parametrize(
