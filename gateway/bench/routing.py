@@ -36,6 +36,11 @@ the bench says. Request bodies are built before the first replay (routing_trace.
 `--fleets` benches several fleets, each with its own trace and time scale if given (routing_suite.py),
 side by side in `--jobs` worker processes, and ends with one summary: a row per fleet with each
 strategy's median goodput and the must-show checks (routing_report.must_show) judged on their medians.
+
+Reproducing: `--strategies` replays some strategies only (no oracle search unless an oracle is named);
+`--write-golden` and `--against` keep and compare each strategy's rounds (routing_golden.py); every
+decision is timed in thread CPU and logged (routing_decisions.py: `--decisions`, `--diff-decisions`,
+`bench routing-diff`), and `--charge-decision-cpu` charges that CPU to the virtual clock.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -58,8 +63,31 @@ from tqdm import tqdm
 from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
 from gateway.bench import virtual_time
-from gateway.bench.routing_oracles import SPLIT_BUDGET, Strategy, find_oracle, find_split_oracle
+from gateway.bench.routing_decisions import (
+    DecisionCpu,
+    TimedRouter,
+    diverging,
+    render_divergence,
+    request_ids,
+    write_log,
+)
+from gateway.bench.routing_golden import (
+    GoldenError,
+    compare,
+    current_commit,
+    read_golden,
+    render_comparison,
+    write_golden,
+)
+from gateway.bench.routing_oracles import (
+    SPLIT_BUDGET,
+    OracleSearch,
+    Strategy,
+    find_oracle,
+    find_split_oracle,
+)
 from gateway.bench.routing_report import (
+    SUMMARY_STRATEGIES,
     FaultFigures,
     StrategyResult,
     clock_label,
@@ -89,6 +117,7 @@ from gateway.sim.runner import TwinFleet
 from gateway.stats.live import percentile
 
 DEFAULT_REPEATS = 3
+STRATEGIES = SUMMARY_STRATEGIES  # every strategy, in the report's order (`--strategies` picks some)
 # Round r draws the twin's random numbers from the fleet file's seeds plus r times this.
 ROUND_SEED_STRIDE = 7919
 
@@ -139,6 +168,7 @@ class Bench:
         workdir: Path,
         progress: tqdm[Any],
         trace: Trace = DEFAULT_TRACE,
+        charge: bool = False,
     ) -> None:
         # The bench measures serving, not loading: engines start warm.
         engines = [e.model_copy(update={"warmup_s": 0.0}) for e in spec.engines]
@@ -151,6 +181,8 @@ class Bench:
         self.trace = trace
         self.unservable = {name for name, c in trace.classes.items() if not c.servable_by(self.spec)}
         self.bodies = stream_bodies(trace, self.spec, self.model)
+        self.requests = request_ids(self.bodies)  # prompt -> its place in the trace, for decision logs
+        self.charge = charge  # each decision's CPU time moves the virtual clock on
         self.replays = 0  # replays run so far, searches included
         self.simulated_s = 0.0  # their simulated seconds
         self.replaying_s = 0.0  # the wall seconds they took
@@ -164,6 +196,8 @@ class Bench:
             settings = self._settings({n: fleet.url(n) for n in fleet.names}, strategy.policy)
             router = strategy.router() if strategy.router is not None else None
             gateway = build_gateway(settings, router=router)
+            timed = TimedRouter(gateway.router, self.requests, self.charge)
+            gateway.router = timed  # the policy router keeps learning: build_gateway wired it already
             app = build_app(gateway)
             async with Lifespan(app):
                 await _until_ready(gateway.registry.backends)
@@ -178,7 +212,15 @@ class Bench:
         lag_ms = None if late is None else round(late * self.scale * 1000, 1)
         phases_s = tuple(round(p * self.scale, 1) for p in phases)
         faults = fault_figures(self.spec, scaled)
-        return replace(result, loop_lag_p95_ms=lag_ms, faults=faults, phases_s=phases_s)
+        decisions = tuple(timed.entries)
+        return replace(
+            result,
+            loop_lag_p95_ms=lag_ms,
+            faults=faults,
+            phases_s=phases_s,
+            decisions=decisions,
+            decision_cpu=DecisionCpu.of(decisions),
+        )
 
     def _settings(self, urls: Mapping[str, str], policy: Path | None) -> Settings:
         base = settings_for_fleet(self.spec, dict(urls))
@@ -303,41 +345,75 @@ async def run_fleet(
     trace: Trace = DEFAULT_TRACE,
     split_budget: int = SPLIT_BUDGET,
     progress: bool = True,
+    chosen: Collection[str] = STRATEGIES,
+    charge: bool = False,
 ) -> FleetRun:
-    """Every strategy `repeats` times, in rounds; the oracles are searched once, then replayed in every
-    round like the others (the search's own best replay is the luckiest of many: not reused)."""
+    """The `chosen` strategies `repeats` times each, in rounds; the oracles are searched once (only when
+    one is chosen: the searches cost more replays than a round), then replayed in every round like the
+    others (the search's own best replay is the luckiest of many: not reused)."""
     spec = load_fleet(path)
     policy = settings_for_fleet(spec, {e.name: "http://127.0.0.1:1" for e in spec.engines}).policy
     with tempfile.TemporaryDirectory(prefix="bench-routing-") as tmp:
         workdir = Path(tmp)
-        capable = trace.capable(spec)
-        strategies = [
-            Strategy("round_robin", lambda: RoundRobinRouter(capable)),
-            Strategy("least_inflight", lambda: LeastInflightRouter(capable)),
-        ]
-        if policy is not None:
-            strategies += [
-                Strategy("static", None, policy, detail=str(policy.name)),
-                Strategy("adaptive", None, adaptive_copy(policy, workdir), detail=f"{policy.name}, adaptive"),
-            ]
+        strategies = _strategies(trace.capable(spec), policy, workdir, chosen)
         with tqdm(unit="req", file=sys.stderr, desc=spec.name, disable=not progress) as bar:
-            bench = Bench(spec, time_scale, workdir, bar, trace)
-            oracle = await find_oracle(bench)
-            split = await find_split_oracle(bench, oracle, split_budget)
+            bench = Bench(spec, time_scale, workdir, bar, trace, charge)
+            oracle: OracleSearch | None = None
+            split: OracleSearch | None = None
+            if {"oracle", "split_oracle"} & set(chosen):
+                oracle = await find_oracle(bench)
+                if "split_oracle" in chosen:
+                    split = await find_split_oracle(bench, oracle, split_budget)
             results = []
             for round_ in range(repeats):
-                for strategy in [*strategies, oracle.strategy]:
+                for strategy in strategies:
                     results.append(replace(await bench.run(strategy, round_), round=round_))
-                if split.assignment:  # no split beat the assignment: the same routing, not replayed twice
-                    results.append(replace(results[-1], policy="split_oracle", detail=split.strategy.detail))
-                else:
-                    results.append(replace(await bench.run(split.strategy, round_), round=round_))
-    oracles = {
-        "oracle": f"{oracle.strategy.detail} (best of {oracle.tried})",
-        "split_oracle": f"{split.strategy.detail} (best of {split.tried} after the oracle"
-        + ("; no split beat it: the oracle's replays)" if split.assignment else ")"),
-    }
-    return FleetRun(results, oracles, bench.replays, round(bench.simulated_s, 1), round(bench.replaying_s, 1))
+                if oracle is not None:
+                    results += await _oracle_round(bench, oracle, split, round_)
+    return FleetRun(
+        results,
+        _oracle_details(oracle, split),
+        bench.replays,
+        round(bench.simulated_s, 1),
+        round(bench.replaying_s, 1),
+    )
+
+
+def _strategies(
+    capable: dict[str, list[str]], policy: Path | None, workdir: Path, chosen: Collection[str]
+) -> list[Strategy]:
+    """The chosen strategies but the oracles, in the report's order (static and adaptive need a policy)."""
+    strategies = [
+        Strategy("round_robin", lambda: RoundRobinRouter(capable)),
+        Strategy("least_inflight", lambda: LeastInflightRouter(capable)),
+    ]
+    if policy is not None:
+        strategies += [
+            Strategy("static", None, policy, detail=str(policy.name)),
+            Strategy("adaptive", None, adaptive_copy(policy, workdir), detail=f"{policy.name}, adaptive"),
+        ]
+    return [s for s in strategies if s.name in chosen]
+
+
+async def _oracle_round(
+    bench: Bench, oracle: OracleSearch, split: OracleSearch | None, round_: int
+) -> list[StrategyResult]:
+    """One round of the oracle and, when searched, the split oracle (with the oracle it starts from)."""
+    result = replace(await bench.run(oracle.strategy, round_), round=round_)
+    if split is None:
+        return [result]
+    if split.assignment:  # no split beat the assignment: the same routing, not replayed twice
+        return [result, replace(result, policy="split_oracle", detail=split.strategy.detail)]
+    return [result, replace(await bench.run(split.strategy, round_), round=round_)]
+
+
+def _oracle_details(oracle: OracleSearch | None, split: OracleSearch | None) -> dict[str, str]:
+    details = {} if oracle is None else {"oracle": f"{oracle.strategy.detail} (best of {oracle.tried})"}
+    if split is not None:
+        details["split_oracle"] = f"{split.strategy.detail} (best of {split.tried} after the oracle" + (
+            "; no split beat it: the oracle's replays)" if split.assignment else ")"
+        )
+    return details
 
 
 def bench_fleet(job: FleetJob) -> FleetReport:
@@ -345,10 +421,18 @@ def bench_fleet(job: FleetJob) -> FleetReport:
     trace = load_trace(job.trace) if job.trace else DEFAULT_TRACE
     started = time.monotonic()
 
+    chosen = job.strategies or STRATEGIES
+
     def fleet() -> Any:
-        return run_fleet(job.fleet, job.time_scale, job.repeats, trace, job.split_budget, job.progress)
+        return run_fleet(
+            job.fleet, job.time_scale, job.repeats, trace, job.split_budget, job.progress, chosen, job.charge
+        )
 
     run = asyncio.run(fleet()) if job.time_scale is not None else virtual_time.run(fleet)
+    if job.decisions is not None:
+        for result in run.results:
+            log = job.decisions / job.fleet.stem / f"{result.policy}.r{result.round}.jsonl"
+            write_log(log, result.decisions)
     table = render(job.fleet.stem, run.results, job.time_scale, run.oracles, trace)
     wall = round(time.monotonic() - started, 1)
     return FleetReport(
@@ -360,6 +444,10 @@ def fleet_jobs(args: argparse.Namespace) -> list[FleetJob]:
     """The command line's fleets, each file (fleet and trace) read once here, so a bad one stops the run
     before any replay."""
     default_trace = Path(args.trace) if args.trace else None
+    strategies = chosen_strategies(args)
+    if args.charge_decision_cpu and args.time_scale is not None:
+        raise CommandError("--charge-decision-cpu needs the virtual clock: leave out --time-scale", status=2)
+    decisions = Path(args.decisions) if args.decisions else None
     jobs = []
     for position, entry in enumerate(args.fleets or [args.fleet]):
         try:
@@ -369,8 +457,36 @@ def fleet_jobs(args: argparse.Namespace) -> list[FleetJob]:
         load_fleet(fleet)  # a bad fleet file is reported by the CLI as `file:line: ...`
         if trace_path is not None:
             _check_trace(trace_path)
-        jobs.append(FleetJob(fleet, trace_path, scale, args.repeats, args.split_budget, position=position))
+        if args.charge_decision_cpu and scale is not None:
+            raise CommandError(
+                f"fleet entry {entry!r}: --charge-decision-cpu needs the virtual clock", status=2
+            )
+        job = FleetJob(fleet, trace_path, scale, args.repeats, args.split_budget, position=position)
+        jobs.append(replace(job, strategies=strategies, charge=args.charge_decision_cpu, decisions=decisions))
     return jobs
+
+
+def chosen_strategies(args: argparse.Namespace) -> tuple[str, ...]:
+    """`--strategies a,b` (and `--diff-decisions a,b`, which replays those two): () for all of them."""
+    names = [n.strip() for n in (args.strategies or "").split(",") if n.strip()]
+    names += [n for n in diff_pair(args) or () if n not in names]
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        raise CommandError(f"unknown strategy {unknown[0]!r}; strategies: {', '.join(STRATEGIES)}", status=2)
+    if "split_oracle" in names and "oracle" not in names:  # the split oracle starts from the oracle
+        names.append("oracle")
+    return tuple(n for n in STRATEGIES if n in names)
+
+
+def diff_pair(args: argparse.Namespace) -> tuple[str, str] | None:
+    if not args.diff_decisions:
+        return None
+    pair = tuple(n.strip() for n in args.diff_decisions.split(","))
+    if len(pair) != 2 or not all(pair) or pair[0] == pair[1]:
+        raise CommandError(
+            f"--diff-decisions takes two strategies, A,B: not {args.diff_decisions!r}", status=2
+        )
+    return pair[0], pair[1]
 
 
 def _check_trace(path: Path) -> None:
@@ -395,6 +511,7 @@ REPLAY_KEYS = (
     "duration_s",
     "loop_lag_p95_ms",
     "faults",
+    "decision_cpu",
 )
 
 
@@ -420,18 +537,50 @@ def _label(report: FleetReport) -> str:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    jobs = fleet_jobs(args)
+    golden = _golden(Path(args.against)) if args.against else None  # a bad file stops the run before it
+    pair = diff_pair(args)
     reports = []
-    for report in run_jobs(bench_fleet, fleet_jobs(args), args.jobs):
+    for report in run_jobs(bench_fleet, jobs, args.jobs):
         reports.append(report)
+        if args.write_golden:  # fleet by fleet: a long run stopped half-way keeps what it measured
+            write_golden(Path(args.write_golden), [report], current_commit())
         if not args.json:  # each fleet's table as soon as it is done: a long set shows its progress
             print(f"{report.table}\n{_timing(report)}\n", flush=True)
+            if pair is not None:
+                print(decision_diffs(report, *pair) + "\n", flush=True)
     reports.sort(key=lambda r: r.job.position)
     if args.json:
         documents = [fleet_document(r) for r in reports]
         print(orjson.dumps(documents[0] if args.fleet else {"fleets": documents}).decode())
     else:
         print(render_summary([(_label(r), r.results) for r in reports]))
-    return 0
+    if args.write_golden:
+        print(f"golden figures of {len(reports)} fleet(s) written to {args.write_golden}", file=sys.stderr)
+    if golden is None:
+        return 0
+    rows = compare(golden, reports)
+    print(render_comparison(rows), file=sys.stderr if args.json else sys.stdout)
+    return 1 if any(c.verdict == "BELOW" for c in rows) else 0
+
+
+def _golden(path: Path) -> dict[str, Any]:
+    try:
+        return read_golden(path)
+    except GoldenError as exc:
+        raise CommandError(str(exc), status=2) from exc
+
+
+def decision_diffs(report: FleetReport, a: str, b: str) -> str:
+    """Per round, where strategies a and b routed the same request of the trace differently."""
+    runs = {(r.policy, r.round): r.decisions for r in report.results}
+    rounds = sorted({r.round for r in report.results})
+    parts = [
+        f"{report.name}, round {n}: "
+        + render_divergence(a, b, diverging(runs.get((a, n), ()), runs.get((b, n), ())))
+        for n in rounds
+    ]
+    return "\n".join(parts)
 
 
 def _timing(report: FleetReport) -> str:
@@ -496,4 +645,44 @@ def register(subparsers: Any) -> None:
         help='print {"oracle": ..., "split_oracle": ..., "results": [every replay], "checks": [...]} '
         '(with --fleets: {"fleets": [one such per fleet]}) instead of tables',
     )
+    _reproducing_options(parser)
     parser.set_defaults(handler=_handle)
+
+
+def _reproducing_options(parser: argparse.ArgumentParser) -> None:
+    """Options to replay some strategies only, keep and compare golden figures, and log decisions."""
+    parser.add_argument(
+        "--strategies",
+        metavar="A,B,...",
+        help=f"replay only these ({', '.join(STRATEGIES)}); the oracles' searches run only when one of "
+        "them is named (split_oracle brings oracle)",
+    )
+    parser.add_argument(
+        "--write-golden",
+        metavar="PATH",
+        help="write each fleet's rounds and medians per strategy, and the code's commit, into this JSON "
+        "file (fleets and strategies not replayed now are kept)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="PATH",
+        help="compare each strategy's median with a golden file's rounds (exit 1 when one is below them)",
+    )
+    parser.add_argument(
+        "--decisions",
+        metavar="DIR",
+        help="write every replay's decisions to DIR/FLEET/STRATEGY.rROUND.jsonl (`bench routing-diff` "
+        "compares two)",
+    )
+    parser.add_argument(
+        "--diff-decisions",
+        metavar="A,B",
+        help="replay strategies A and B (besides --strategies) and print, per round, where they route the "
+        "same request differently",
+    )
+    parser.add_argument(
+        "--charge-decision-cpu",
+        action="store_true",
+        help="the virtual clock moves on by each routing decision's thread CPU time, as a real "
+        "single-threaded gateway is held up by it",
+    )

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from gateway.bench.routing_decisions import DecisionCpu, DecisionEntry
 from gateway.bench.routing_trace import DEFAULT_TRACE, Outcome, Stream, Trace
 from gateway.stats.live import percentile
 
@@ -49,6 +50,8 @@ class StrategyResult:
     # Simulated seconds of each phase of the trace, in order: a phase ends when its last request does, so
     # where a strategy loses time shows phase by phase (the makespan is their sum).
     phases_s: tuple[float, ...] = ()
+    decisions: tuple[DecisionEntry, ...] = ()  # every routing decision, in the order made
+    decision_cpu: DecisionCpu | None = None  # their thread CPU time
 
 
 def summarize(
@@ -221,6 +224,7 @@ def render(
     lines += [f"{name}: {detail}" for name, detail in oracles.items()]
     lines += [f"{r.policy} (round {r.round}) routed {r.routed}" for r in results if r.policy == "adaptive"]
     lines += phase_lines(results, trace)
+    lines += decision_cpu_lines(results)
     lines += _verdict(results)
     lines += _fault_legend(results) if faulty else []
     lines += _lag_warning(results)
@@ -242,6 +246,24 @@ def phase_lines(results: Sequence[StrategyResult], trace: Trace = DEFAULT_TRACE)
     for policy, runs in policies.items():
         medians = [statistics.median(r.phases_s[i] for r in runs) for i in range(len(labels))]
         lines.append(f"  {policy.ljust(width)}  " + " | ".join(f"{m:.1f}" for m in medians))
+    return lines
+
+
+def decision_cpu_lines(results: Sequence[StrategyResult]) -> list[str]:
+    """Per strategy, the thread CPU time of one routing decision over all its rounds' decisions."""
+    cpu = {
+        policy: figures
+        for policy, runs in by_policy(results).items()
+        if (figures := DecisionCpu.of([e for r in runs for e in r.decisions])) is not None
+    }
+    if not cpu:
+        return []
+    width = max(len(p) for p in cpu)
+    lines = ["decision CPU (thread time of one route() call, all rounds): median / p99 us"]
+    lines += [
+        f"  {p.ljust(width)}  {c.p50_us:.0f} / {c.p99_us:.0f} ({c.decisions} decisions)"
+        for p, c in cpu.items()
+    ]
     return lines
 
 

@@ -44,6 +44,9 @@ class FleetJob:
     split_budget: int
     progress: bool = True  # a per-request progress bar (off in worker processes: bars would interleave)
     position: int = 0  # its place on the command line: the summary keeps that order
+    strategies: tuple[str, ...] = ()  # the strategies replayed; () for all
+    charge: bool = False  # each decision's thread CPU time moves the virtual clock on
+    decisions: Path | None = None  # a folder to write each replay's decisions to (JSON lines)
 
 
 @dataclass(frozen=True)
