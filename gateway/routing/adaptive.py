@@ -160,7 +160,7 @@ class AdaptiveScorer:
         # device-time readings a view keeps for the decisions' next views).
         self.mover = SlowedEngineMoves(windows, peek or progress, self.devices, self.models.slowdowns)
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
-        self.explore = explore  # False: never explores (explain's preview)
+        self.explore = explore  # False: never explores
         self.probes = probes  # True: decode probes are sent for plans that ask (proxy/decode_probe.py)
         self._prior = PreferenceScorer()
 
@@ -369,24 +369,18 @@ class AdaptiveScorer:
         cells = {b.name: self.models.cell(b.name, ctx.profile.name, at, ctx.adaptive) for b in backends}
         return self._verdict(ctx, backends, cells, self._device_loads(backends, at))
 
-    def without_exploration(self) -> AdaptiveScorer:
-        """The same scorer, state and caches with exploration off: explain previews the predicted ranking."""
-        preview = AdaptiveScorer(
-            self.windows,
-            hints=self.hints,
-            cache=self.cache,
-            devices=self.devices,
-            ledger=self.ledger,
-            explore=False,
-            progress=self.progress,
-            probes=self.probes,
-        )
-        preview.models = replace(self.models, slowdowns=self.slowdowns.sharing_paces())  # the same counts
-        return preview
+    def refresh(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> None:
+        """The producer's step before a decision: each of `backends`' slow-downs read from its requests in
+        flight at the windows' clock and remembered (EngineSlowdowns.refresh), the request's profile
+        leading. The decision (`assess`, `decide`, `explain`) then only reads."""
+        at = self.windows.now()
+        for b in backends:
+            self.slowdowns.refresh(b.name, ctx.profile.name, at)
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
-        """The predicted values behind the objective scores, and why the best one won (nothing is booked)."""
-        decided = self.without_exploration().decide(ctx, backends)
+        """The predicted values behind the objective scores, and why the best one won: the decision `assess`
+        makes, read the same way (its exploration stays a plan; nothing is booked)."""
+        decided = self.decide(ctx, backends)
         under = [p.backend for p in decided.predictions if p.value is None]
         epsilon = ctx.adaptive.explore_epsilon
         rate, credit = min(epsilon, MAX_EPSILON), self.ledger.credit(ctx.profile.name)
