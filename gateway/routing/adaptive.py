@@ -67,10 +67,13 @@ fits, since it changed pace under way: routing/moving.py `moving_off`) are weigh
 to would finish sooner, prefill of what they wrote included, and proxy/moves.py cuts those and has them
 continued there (proxy/resume.py).
 
-Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
-backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
-explanation or a request that is refused or never sent spends nothing, and an exploration counts only if
-the request really went there. The knobs (min_samples, explore_epsilon, tolerance, contended_share) are
+Scoring changes no state: the slow-down memory it reads is written before, by `AdaptiveScorer.refresh`
+(the router's producer step, routing/engine_slowdowns.py), and a decision carries its exploration as a
+plan (the credit the request adds, the backend it explores), which `AdaptiveScorer.book` applies when the
+dispatcher sends the request, so an explanation (the same `decide`) or a request that is refused or never
+sent spends nothing, and an exploration counts only if the request really went there. The caches it
+fills (cell models, decode paces, counts) are keyed by the windows' versions: memoization only.
+The knobs (min_samples, explore_epsilon, tolerance, contended_share) are
 the policy's `adaptive` block (with refresh_requests and refresh_s), read per request, so a reload
 applies to the next one.
 
