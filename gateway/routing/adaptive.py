@@ -67,10 +67,13 @@ fits, since it changed pace under way: routing/moving.py `moving_off`) are weigh
 to would finish sooner, prefill of what they wrote included, and proxy/moves.py cuts those and has them
 continued there (proxy/resume.py).
 
-Scoring changes no state: a decision carries its exploration as a plan (the credit the request adds, the
-backend it explores), and `AdaptiveScorer.book` applies it when the dispatcher sends the request, so an
-explanation or a request that is refused or never sent spends nothing, and an exploration counts only if
-the request really went there. The knobs (min_samples, explore_epsilon, tolerance, contended_share) are
+Scoring changes no state: the slow-down memory it reads is written before, by `AdaptiveScorer.refresh`
+(the router's producer step, routing/engine_slowdowns.py), and a decision carries its exploration as a
+plan (the credit the request adds, the backend it explores), which `AdaptiveScorer.book` applies when the
+dispatcher sends the request, so an explanation (the same `decide`) or a request that is refused or never
+sent spends nothing, and an exploration counts only if the request really went there. The caches it
+fills (cell models, decode paces, counts) are keyed by the windows' versions: memoization only.
+The knobs (min_samples, explore_epsilon, tolerance, contended_share) are
 the policy's `adaptive` block (with refresh_requests and refresh_s), read per request, so a reload
 applies to the next one.
 
@@ -160,7 +163,7 @@ class AdaptiveScorer:
         # device-time readings a view keeps for the decisions' next views).
         self.mover = SlowedEngineMoves(windows, peek or progress, self.devices, self.models.slowdowns)
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
-        self.explore = explore  # False: never explores (explain's preview)
+        self.explore = explore  # False: never explores
         self.probes = probes  # True: decode probes are sent for plans that ask (proxy/decode_probe.py)
         self._prior = PreferenceScorer()
 
@@ -370,24 +373,18 @@ class AdaptiveScorer:
         cells = {b.name: self.models.cell(b.name, ctx.profile.name, at, ctx.adaptive) for b in backends}
         return self._verdict(ctx, backends, cells, self._device_loads(backends, at))
 
-    def without_exploration(self) -> AdaptiveScorer:
-        """The same scorer, state and caches with exploration off: explain previews the predicted ranking."""
-        preview = AdaptiveScorer(
-            self.windows,
-            hints=self.hints,
-            cache=self.cache,
-            devices=self.devices,
-            ledger=self.ledger,
-            explore=False,
-            progress=self.progress,
-            probes=self.probes,
-        )
-        preview.models = replace(self.models, slowdowns=self.slowdowns.sharing_paces())  # the same counts
-        return preview
+    def refresh(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> None:
+        """The producer's step before a decision: each of `backends`' slow-downs read from its requests in
+        flight at the windows' clock and remembered (EngineSlowdowns.refresh), the request's profile
+        leading. The decision (`assess`, `decide`, `explain`) then only reads."""
+        at = self.windows.now()
+        for b in backends:
+            self.slowdowns.refresh(b.name, ctx.profile.name, at)
 
     def explain(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> dict[str, Any]:
-        """The predicted values behind the objective scores, and why the best one won (nothing is booked)."""
-        decided = self.without_exploration().decide(ctx, backends)
+        """The predicted values behind the objective scores, and why the best one won: the decision `assess`
+        makes, read the same way (its exploration stays a plan; nothing is booked)."""
+        decided = self.decide(ctx, backends)
         under = [p.backend for p in decided.predictions if p.value is None]
         epsilon = ctx.adaptive.explore_epsilon
         rate, credit = min(epsilon, MAX_EPSILON), self.ledger.credit(ctx.profile.name)

@@ -1,7 +1,14 @@
-"""Each backend's engine-wide slow-down as of the decision under way (routing/slowdown.py has the pure
-reading): found once per decision and remembered, so every profile's cell of a backend is scaled by the same
-factor, the next decision's reading holds it where its evidence is thin (`before`), and the decode paces it
-reads are refitted only when a cell's samples change. Bounded like the windows."""
+"""Each backend's engine-wide slow-down (routing/slowdown.py has the pure reading), kept as a memory that
+the producer side writes and the decisions only read.
+
+`refresh` takes a reading of a backend's requests in flight at the windows' clock (once per clock reading,
+the first profile asked for leading) and remembers it, with its episode (slow_episodes.py): the router
+runs it for the backends a request is scored on before it scores them (router.PolicyRouter.route), as
+samples and stream progress arrive between two clock readings. `of`, `latest`, `suspect` and
+`remembered` read that memory and change nothing, so a decision, and explain's preview of it, is a pure
+function of the memory and the windows: every profile's cell of a backend is scaled by the same factor,
+and the next reading holds it where its evidence is thin (`before`). The decode paces a reading uses are
+refitted only when a cell's samples change (pure memoization). Bounded like the windows."""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_s
 
 # A backend's requests in flight as far as each has gone (stats/progress.py).
 InFlightProgress = Callable[[str], Progress]
+NO_SLOWDOWN = Slowdown()
 # Profiles remembered per backend for its slow-down's shift (policies have a handful).
 MAX_PROFILES = 64
 
@@ -32,19 +40,12 @@ class EngineSlowdowns:
         self._slowed: dict[str, tuple[float, Slowdown]] = {}  # backend -> (when found, its slow-down)
         self._episodes: dict[str, Episode] = {}  # backend -> its newest slow-down episode (slow_episodes.py)
 
-    def sharing_paces(self) -> EngineSlowdowns:
-        """Another book over the same paces and profiles, finding its own slow-downs (explain's preview
-        must not move the hold of the decisions that route)."""
-        other = EngineSlowdowns(self.windows, self.cache, self.progress)
-        other._paces, other._profiles = self._paces, self._profiles
-        return other
-
     def profiles(self, backend: str) -> list[str]:
         """The profiles `backend` was scored for (the newest MAX_PROFILES)."""
         return list(self._profiles.get(backend, ()))
 
     def latest(self, backend: str) -> Slowdown | None:
-        """The slow-down found last for `backend` (in the decision under way, once `of` has run)."""
+        """The slow-down found last for `backend` (as of the decision under way, once `refresh` has run)."""
         known = self._slowed.get(backend)
         return known[1] if known is not None else None
 
@@ -105,7 +106,14 @@ class EngineSlowdowns:
         self._remember(backend, at, slowed)
 
     def of(self, backend: str, profile: str, at: float) -> Slowdown:
-        """`backend`'s slow-down as of `at`, found once per decision (the first profile asked for leads)."""
+        """`backend`'s slow-down as remembered (no slow-down when never read): a decision's read, which
+        changes nothing. Under a decision, `refresh` has taken it at the decision's clock reading."""
+        return self.latest(backend) or NO_SLOWDOWN
+
+    def refresh(self, backend: str, profile: str, at: float) -> Slowdown:
+        """Take and remember `backend`'s slow-down as of `at`, once per clock reading (the first profile
+        asked for leads; `profile` joins those it was scored for). The producer's step: a decision then
+        reads it through `of`."""
         known = self._slowed.get(backend)
         seen = self._profiles.setdefault(backend, {})
         if profile not in seen:

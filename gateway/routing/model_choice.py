@@ -57,7 +57,7 @@ def own_content(model: CellModel, cell: CellModel, repetition: float, min_sample
 class ModelChoice:
     """The cells and all-profile models of the backends, read from `windows` through `cache` and scaled by
     `slowdowns`; `counts` keeps each cell's sample and error counts per windows version (bounded like the
-    windows), shared with explain's preview."""
+    windows: memoization only, the same answer as counting again)."""
 
     windows: Windows
     cache: ModelCache

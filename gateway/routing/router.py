@@ -10,6 +10,7 @@ request), the learned characters-per-token ratios, and the optional adaptive obj
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from gateway.policy.classify import classify, classify_explained
@@ -43,31 +44,10 @@ def schedule(
     profile = ctx.profile.name
     if not backends:
         return Decision(profile, (), (), Refusal(503, "no_backend", f"pool {ctx.pool} has no backends"))
-    filtered: list[Candidate] = []
-    survivors = list(backends)
-    later: list[BackendSnapshot] = []  # out for now only, as they will be once back
-    refusal: Refusal | None = None
-    for f in filters:
-        if refusal is None:
-            kept: list[BackendSnapshot] = []
-            rejected: list[BackendSnapshot] = []
-            for b in survivors:
-                reason = f.reject(ctx, b)
-                if reason is None:
-                    kept.append(b)
-                else:
-                    rejected.append(b)
-                    filtered.append(Candidate(b.name, eligible=False, reason=f"{f.name}: {reason}"))
-            if f.now:
-                later += [once_back(b) for b in rejected]
-            if not kept:
-                refusal = f.refuse(ctx, rejected)
-                if not f.now:  # the request itself cannot be served here: nothing to wait for
-                    return Decision(profile, (), tuple(filtered), refusal)
-            survivors = kept
-        later = [b for b in later if f.reject(ctx, b) is None]
-    if not survivors and not later:
-        return Decision(profile, (), tuple(filtered), refusal)
+    screen = screened(ctx, backends, filters)
+    if screen.final:
+        return Decision(profile, (), tuple(screen.filtered), screen.refusal)
+    filtered, survivors, later, refusal = screen.filtered, screen.survivors, screen.later, screen.refusal
     assessed = [(s, s.assess(ctx, survivors, later)) for s, _ in scorers]
     per_scorer = {s.name: a.scores for s, a in assessed}
     weights = {s.name: w for s, w in scorers}
@@ -100,6 +80,50 @@ def schedule(
         prompt_tokens=ctx.features.prompt_tokens,
         predicted={name: p for _, a in assessed for name, p in a.predicted.items()},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Screen:
+    """What the filters leave of a pool: the backends that serve now (`survivors`), those that could once
+    back (`later`, as they will be then), the rejected with their reasons, and the refusal when none
+    serve now; `final`: the decision is that refusal, nothing is left to score."""
+
+    filtered: list[Candidate]
+    survivors: list[BackendSnapshot]
+    later: list[BackendSnapshot]
+    refusal: Refusal | None
+    final: bool = False
+
+
+def screened(ctx: RouteContext, backends: Sequence[BackendSnapshot], filters: Sequence[Filter]) -> Screen:
+    """The filters in order (schedule's first half, pure): stop when none are left, that filter writing
+    the refusal; a backend only filters about now reject is followed as it will be once back."""
+    filtered: list[Candidate] = []
+    survivors = list(backends)
+    later: list[BackendSnapshot] = []  # out for now only, as they will be once back
+    refusal: Refusal | None = None
+    for f in filters:
+        if refusal is None:
+            kept: list[BackendSnapshot] = []
+            rejected: list[BackendSnapshot] = []
+            for b in survivors:
+                reason = f.reject(ctx, b)
+                if reason is None:
+                    kept.append(b)
+                else:
+                    rejected.append(b)
+                    filtered.append(Candidate(b.name, eligible=False, reason=f"{f.name}: {reason}"))
+            if f.now:
+                later += [once_back(b) for b in rejected]
+            if not kept:
+                refusal = f.refuse(ctx, rejected)
+                if not f.now:  # the request itself cannot be served here: nothing to wait for
+                    return Screen(filtered, [], [], refusal, final=True)
+            survivors = kept
+        later = [b for b in later if f.reject(ctx, b) is None]
+    if not survivors and not later:
+        return Screen(filtered, survivors, later, refusal, final=True)
+    return Screen(filtered, survivors, later, refusal)
 
 
 def _spilled(
@@ -181,22 +205,44 @@ class PolicyRouter:
         self._objective = _candidate_scorer(objective_scorer)
 
     def route(self, endpoint: str, body: Mapping[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
-        """The one decision for a request: ranking, fallback and the exploration it books once sent (the
-        router changes nothing here; the dispatcher books `Decision.exploration` when it sends)."""
+        """The one decision for a request: ranking, fallback and the exploration it books once sent. First
+        the producer's step (`refresh`: the adaptive scorer's slow-down readings of the backends it will
+        score, at the clock's reading), then `decide`, which changes nothing; the dispatcher books
+        `Decision.exploration` when it sends."""
         policy = self.policy.current.policy  # one read: a reload mid-request cannot mix two policies
+        features = extract_features(endpoint, body, backends, self.estimator)
+        ctx = self._context(policy, classify(policy, features), features)
+        self.refresh(ctx, backends)
+        return schedule(ctx, backends, self.filters, self._scorers(ctx))
+
+    def decide(self, endpoint: str, body: Mapping[str, Any], backends: Sequence[BackendSnapshot]) -> Decision:
+        """The decision `route` makes, on the state as it is (no refresh first): a pure read, which
+        `explain` shares."""
+        policy = self.policy.current.policy
         features = extract_features(endpoint, body, backends, self.estimator)
         ctx = self._context(policy, classify(policy, features), features)
         return schedule(ctx, backends, self.filters, self._scorers(ctx))
 
+    def refresh(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> None:
+        """Before an adaptive decision: the objective scorer's readings of what it reads live (requests in
+        flight) for the backends the filters leave, now and once back (AdaptiveScorer.refresh)."""
+        refresh = getattr(self._objective, "refresh", None)
+        if ctx.routing != "adaptive" or refresh is None or ctx.weights.objective <= 0:
+            return
+        screen = screened(ctx, backends, self.filters)
+        if not screen.final:
+            refresh(ctx, [*screen.survivors, *screen.later])
+
     def explain(
         self, endpoint: str, body: Mapping[str, Any], backends: Sequence[BackendSnapshot]
     ) -> dict[str, Any]:
-        """The decision `route` would make, with every reason; nothing is sent anywhere."""
+        """The decision `route` would make (`decide`: the same code, on the state as it is), with every
+        reason; nothing is sent anywhere and nothing changes."""
         loaded = self.policy.current
         features = extract_features(endpoint, body, backends, self.estimator)
         classification = classify_explained(loaded.policy, features)
         ctx = self._context(loaded.policy, classification.profile, features)
-        scorers = self._scorers(ctx, preview=True)
+        scorers = self._scorers(ctx)
         decision = schedule(ctx, backends, self.filters, scorers)
         explanation = build_explanation(
             features,
@@ -229,14 +275,11 @@ class PolicyRouter:
     def _context(self, policy: Policy, profile: Profile, features: Features) -> RouteContext:
         return RouteContext(features, profile, policy.routing_for(profile), policy.weights, policy.adaptive)
 
-    def _scorers(self, ctx: RouteContext, preview: bool = False) -> list[WeightedScorer]:
+    def _scorers(self, ctx: RouteContext) -> list[WeightedScorer]:
         w = ctx.weights
         chosen: list[WeightedScorer] = [(self._preference, w.preference), (self._load, w.load)]
         if ctx.routing == "adaptive" and self._objective is not None:
             objective = self._objective
-            without = getattr(objective, "without_exploration", None)
-            if preview and without is not None:  # explain previews the predicted ranking, no exploration
-                objective = without()
             # The objective scorer carries the prefer order as its prior, fading as cells get measured,
             # so the preference scorer does not also vote in adaptive routing.
             chosen = [(objective, w.objective), (self._load, w.load)]

@@ -64,7 +64,7 @@ class SlowedEngineMoves:
 
         def engine(name: str) -> CellModel:
             model = self._peeks.cache.backend(self.windows, name, at)
-            return scaled(model, self._peeks.of(name, profile, at).for_cell(model))
+            return scaled(model, self._peeks.refresh(name, profile, at).for_cell(model))
 
         there = Destination(to, loads.get(to, 0), engine(to), busy_beside(to))
         config = PredictConfig(min_samples=knobs.min_samples)
@@ -72,7 +72,7 @@ class SlowedEngineMoves:
         streams = self._with_lefts(streams, profile, question.backends, at, knobs.min_samples)
         moved = plan_moves(here, inflight, busy_beside(backend), streams, there, knobs.tolerance, config)
         if any(moved):  # the reading `engine` scaled it by, found at `at` already
-            self.handover.adopt(backend, at, self._peeks.of(backend, profile, at))
+            self.handover.adopt(backend, at, self._peeks.refresh(backend, profile, at))
         return moved
 
     def _with_lefts(

@@ -135,11 +135,11 @@ def test_each_request_is_routed_once_and_explores_at_the_configured_rate(tmp_pat
         return counted, served, explained, credit, after
 
     counted, served, explained, credit, after = asyncio.run(scenario())
-    # One decision per request, each with its fallback (w, warming), and one scorer evaluation each
-    # (explain previews with a copy of the scorer that never explores, and books nothing).
+    # One decision per request, each with its fallback (w, warming), and one scorer evaluation each, and
+    # one for explain: the same scorer and code as a decision, which books nothing.
     assert len(counted.decisions) == REQUESTS
     assert all(d.fallback == ("w",) and "w" not in d.ranked for d in counted.decisions)
-    assert counted.assessed == REQUESTS
+    assert counted.assessed == REQUESTS + 1
     assert explained["fallback"] == ["w"] and explained["outcome"]["action"] == "serve"
     assert after == credit
     # The dispatcher sent every request once and booked each plan once, with the backend it sent to.

@@ -61,7 +61,7 @@ def stress_prediction(devices: dict[str, str] | None) -> dict[str, Any]:
     router = PolicyRouter(FixedPolicy(policy), objective_scorer=scorer)
     chat = {**STRESS, "max_tokens": 64}
     pool = [BackendSnapshot("x"), BackendSnapshot("y", inflight=11)]
-    router.explain("completions", chat, pool)  # the scorer learns which profiles each backend serves
+    router.route("completions", chat, pool)  # a routed request: the scorer learns the profiles served
     explained = router.explain("completions", STRESS, pool)
     predictions = explained["scoring"]["adaptive"]["predictions"]
     return next(p for p in predictions if p["backend"] == "y")
@@ -109,7 +109,7 @@ def chat_prediction(x_default: list[Sample]) -> dict[str, Any]:
     scorer = AdaptiveScorer(recorder, devices={"x": "spark", "y": "spark"})
     router = PolicyRouter(FixedPolicy(policy), objective_scorer=scorer)
     pool = [BackendSnapshot("x"), BackendSnapshot("y")]
-    router.explain("completions", {**STRESS, "max_tokens": 64}, pool)  # the profiles each one serves
+    router.route("completions", {**STRESS, "max_tokens": 64}, pool)  # routed: the profiles each one serves
     explained = router.explain("completions", STRESS, pool)
     predictions = explained["scoring"]["adaptive"]["predictions"]
     return next(p for p in predictions if p["backend"] == "y")

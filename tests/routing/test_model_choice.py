@@ -104,7 +104,7 @@ def test_the_decode_ratio_reads_a_cell_of_before_the_slow_down_as_slow_as_the_en
             windows.record("y", profile, sample, now=now - 100.0)
     slowdowns = EngineSlowdowns(windows, ModelCache(), None)
     for backend, profile in (("x", "chat"), ("y", "chat"), ("y", "edit")):
-        slowdowns.of(backend, profile, now - 60.0)  # the profiles each was scored for
+        slowdowns.refresh(backend, profile, now - 60.0)  # the profiles each was scored for
     slowdowns.adopt("x", now - 50.0, SLOWED)  # x slows 3x...
     slowdowns.adopt("x", now - 40.0, Slowdown())  # ...and its live reading lapses
     choice = ModelChoice(windows, ModelCache(), slowdowns)
