@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from gateway.commands import CommandError
-from gateway.config_check import check_config
-from gateway.policy.load import PolicyError, load_policy
 
 USAGE_ERROR = 2
 
@@ -44,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _config(path: Path) -> int:
+    from gateway.config_check import check_config  # imported here: `--help` stays fast
+
     report = check_config(path)
     for line in (*report.errors, *report.warnings):
         print(line, file=sys.stderr)
@@ -54,6 +54,8 @@ def _config(path: Path) -> int:
 
 
 def _policy(path: str) -> int:
+    from gateway.policy.load import PolicyError, load_policy
+
     try:
         loaded = load_policy(path)
     except PolicyError as exc:

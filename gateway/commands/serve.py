@@ -13,16 +13,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvicorn
-import uvloop
-
-from gateway.app import build_app, build_gateway
-from gateway.serving import DrainingServer, server_options
-from gateway.settings import Settings, load_settings
-from gateway.sim.fleet import FleetSpec, load_fleet
-from gateway.sim.runner import TwinFleet
+# The gateway, the twin and uvicorn are imported where they are used, not here: `spark-gateway --help`
+# imports every command's module, and these cost it seconds.
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+    from gateway.sim.fleet import FleetSpec
 
 log = logging.getLogger("gateway.serve")
 
@@ -50,6 +47,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from gateway.settings import load_settings
+    from gateway.sim.fleet import load_fleet
+
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -68,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: Settings, log_level: str) -> None:
+    import uvicorn
+
+    from gateway.app import build_app, build_gateway
+    from gateway.serving import DrainingServer, server_options
+
     gateway = build_gateway(settings)
     app = build_app(gateway)
     config = uvicorn.Config(
@@ -82,6 +89,8 @@ async def _serve(settings: Settings, log_level: str) -> None:
 
 
 async def _serve_fleet(spec: FleetSpec, listen: dict[str, Any], time_scale: float, log_level: str) -> None:
+    from gateway.sim.runner import TwinFleet
+
     # Ephemeral engine ports: the gateway is the fleet's front door, and fixed ports may be taken.
     async with TwinFleet(spec, time_scale=time_scale, ephemeral_ports=True) as fleet:
         for name in fleet.names:
@@ -100,6 +109,8 @@ async def _serve_fleet(spec: FleetSpec, listen: dict[str, Any], time_scale: floa
 
 def settings_for_fleet(spec: FleetSpec, urls: dict[str, str], **listen: Any) -> Settings:
     """One pool per served model name; every engine a backend with its flavor and declared vision."""
+    from gateway.settings import load_settings
+
     backends = [
         {
             "name": engine.name,
