@@ -21,6 +21,7 @@ from gateway.proxy.accounting import take_stream_measures, take_usage
 from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import send_bytes
 from gateway.proxy.breaker import outcome_of
+from gateway.proxy.engine_errors import normalised
 from gateway.proxy.errors import error_body, error_frame
 from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, StreamCut
 from gateway.proxy.reliability import ERROR_SOURCE, refusal_headers
@@ -47,14 +48,17 @@ async def read_whole(response: UpstreamResponse) -> bytes:
 
 
 async def whole(exchange: Exchange, response: UpstreamResponse, payload: bytes) -> None:
-    """The whole answer at once."""
+    """The whole answer at once; an engine's error in the gateway's error shape, its message kept."""
     record = exchange.record
+    content_type = response.content_type
     if response.status == 200:
         take_usage(record, payload)
     else:
         record.error = f"HTTP {response.status}"
+    if response.status >= 400:
+        payload, content_type = normalised(response.status, payload), "application/json"
     exchange.commit()
-    await send_bytes(exchange.send, response.status, payload, headers(exchange, response.content_type))
+    await send_bytes(exchange.send, response.status, payload, headers(exchange, content_type))
 
 
 @dataclass(slots=True)
@@ -308,16 +312,16 @@ def _engine_message(failed: AttemptFailed) -> str:
 
 
 async def last_failure(exchange: Exchange, last: AttemptFailed) -> None:
-    """Every attempt failed: the last 5xx is passed through as it was, or 502/504 naming every failure."""
+    """Every attempt failed: the last engine's error answer (in the gateway's error shape, its message
+    kept), or 502/504 naming every failure."""
     record = exchange.record
     record.status, record.error = last.status, "; ".join(f"{b}: {why}" for b, why in record.failures)
     exchange.commit()
-    content_type = last.answer[1] if last.answer is not None else "application/json"
-    head = headers(exchange, content_type)
+    head = headers(exchange, "application/json")
     if last.status in (429, 503):
         head.append((b"retry-after", b"1"))  # busy or failing everywhere: worth retrying soon
     if last.answer is not None:
-        await send_bytes(exchange.send, last.status, last.answer[0], head)
+        await send_bytes(exchange.send, last.status, normalised(last.status, last.answer[0]), head)
     else:
         code = last.code or "upstream_unavailable"
         body = error_body(last.status, f"no backend answered: {record.error}", code)
