@@ -127,7 +127,13 @@ def build_gateway(
         registry.engine_waiting = engine_queue(measurement.scraper)
     metrics.registry.register(ReliabilityCollector(reliability))
     # Probes and scrapes tell the hang watch when an engine stops answering its control plane.
-    prober = Prober(registry, settings.probe, transport.get, listener=reliability.stall)
+    prober = Prober(
+        registry,
+        settings.probe,
+        transport.get,
+        listener=reliability.stall,
+        warmup_bound=lambda name: warmups.expected(name)[0],  # refusals past it: unreachable
+    )
     if measurement.scraper is not None:
         measurement.scraper.listener = reliability.stall
     engines = engine_manager(settings, registry, prober, reliability, metrics)

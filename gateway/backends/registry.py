@@ -26,6 +26,9 @@ class Status(StrEnum):
     STARTING = "starting"  # warming up (connection refused or 503 loading within the startup grace)
     READY = "ready"
     DEAD = "dead"
+    # Nothing listens at its URL past its warm-up bound (backends/reachability.py): a wrong URL, or an
+    # engine not running. Not waited for; the prober keeps probing, and its first answer brings it back.
+    UNREACHABLE = "unreachable"
 
 
 @dataclass
@@ -87,6 +90,9 @@ class BackendState:
             ready=self.status is Status.READY,
             # A restarting backend is warming up again: worth waiting for, like one starting.
             starting=restarting or self.status in (Status.STARTING, Status.UNKNOWN),
+            problem=f"{self.status}: {self.detail}"
+            if self.status in (Status.DEAD, Status.UNREACHABLE)
+            else "",
             breaker_open=breaker_open,
             stalled=self.stalled_since is not None,
             inflight=self.inflight,

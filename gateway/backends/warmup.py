@@ -97,6 +97,10 @@ class Warmups:
         if backend not in self._learned:
             return
         now = self.registry.clock()
+        if status is Status.UNREACHABLE:  # nothing listened: downtime, not a warm-up to learn from
+            self._since.pop(backend, None)
+            self._seen_not_ready.discard(backend)
+            return
         if status is not Status.READY:
             self._since.setdefault(backend, now)
             self._seen_not_ready.add(backend)

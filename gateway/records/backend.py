@@ -28,3 +28,6 @@ class BackendSnapshot:
     # max_running_requests, llama.cpp total_slots; vLLM does not tell its max_num_seqs).
     engine_waiting: float | None = None
     engine_capacity: int | None = None
+    # Why it is down, as the prober last said (e.g. "unreachable: nothing listens at 10.0.0.5:8000 ..."),
+    # so a refusal can tell the client; empty while it is ready or warming.
+    problem: str = ""
