@@ -3,7 +3,9 @@
 With `--config`, serve the backends of a gateway config file (see deploy/gateway.example.yaml). With
 `--fleet`, start that twin fleet in this process and serve it: one pool per served model name, every
 engine a backend with its flavor, and the fleet's policy file if it has one. With neither, serve the
-twin fleet deploy/fleets/spark-duo-35b.yaml on 127.0.0.1:8080. A twin keeps no state: its measurements
+twin fleet deploy/fleets/spark-duo-35b.yaml on 127.0.0.1:8080, its engines already loaded (a fleet given
+with `--fleet` warms up as its file says). It logs `ready` once every model has a ready backend, and a
+countdown of the warm-ups until then (gateway/readiness.py). A twin keeps no state: its measurements
 are neither loaded nor saved, so it never reads or writes a real gateway's state directory.
 """
 
@@ -61,18 +63,30 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings(args.config).model_copy(update=listen)
         uvloop.run(_serve(settings, args.log_level))
         return 0
-    fleet_path = args.fleet
-    if fleet_path is None:
+    if args.fleet is not None:
+        spec = load_fleet(args.fleet)  # its engines warm up as the file says
+    else:
         fleet_path = _resolve(DEFAULT_FLEET)
-        log.info("no --config or --fleet: serving the twin fleet %s", fleet_path)
-    uvloop.run(_serve_fleet(load_fleet(fleet_path), listen, args.time_scale, args.log_level))
+        log.info("no --config or --fleet: serving the twin fleet %s, its engines already loaded", fleet_path)
+        spec = loaded(load_fleet(fleet_path))
+    uvloop.run(_serve_fleet(spec, listen, args.time_scale, args.log_level))
     return 0
 
 
+def loaded(spec: FleetSpec) -> FleetSpec:
+    """The fleet with its engines' simulated warm-up skipped: the built-in fleet is there to show routing
+    at once, and a first request should not wait behind a load nobody asked to see."""
+    engines = [engine.model_copy(update={"warmup_s": 0.0}) for engine in spec.engines]
+    return spec.model_copy(update={"engines": engines})
+
+
 async def _serve(settings: Settings, log_level: str) -> None:
+    import asyncio
+
     import uvicorn
 
     from gateway.app import build_app, build_gateway
+    from gateway.readiness import announce_ready
     from gateway.serving import DrainingServer, server_options
 
     gateway = build_gateway(settings)
@@ -85,7 +99,15 @@ async def _serve(settings: Settings, log_level: str) -> None:
         log_level=log_level,
         **server_options(settings.limits),  # head limits, JSON protocol errors, no access log
     )
-    await DrainingServer(config, gateway.drain, settings.shutdown.drain_timeout_s).serve()
+    server = DrainingServer(config, gateway.drain, settings.shutdown.drain_timeout_s)
+    # "ready" only once a request is served at once (every model has a ready backend), a countdown before.
+    announcer = asyncio.create_task(
+        announce_ready(gateway, server, f"http://{settings.host}:{settings.port}")
+    )
+    try:
+        await server.serve()
+    finally:
+        announcer.cancel()
 
 
 async def _serve_fleet(spec: FleetSpec, listen: dict[str, Any], time_scale: float, log_level: str) -> None:
