@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from gateway.proxy.errors import error_body
+from gateway.proxy.stream import split_frames
 
 ENGINE_ERROR = "engine_error"  # the code of an engine's error that carried none of its own
 UNSERVED_ENDPOINT = "endpoint_not_served"
@@ -36,6 +37,23 @@ def normalised(status: int, payload: bytes) -> bytes:
         return payload  # Anthropic's shape: a Messages client's own
     message, param, code = _fields(parsed, payload)
     return error_body(status, message[:MESSAGE_MAX], code, param)
+
+
+def normalised_frames(data: bytes) -> bytes:
+    """Whole SSE frames with each engine error frame (`data: {"error": ...}`) in the gateway's shape, its
+    numeric code taken as its status; every other frame as it was."""
+    out: list[bytes] = []
+    for frame, separator in split_frames(data):
+        payload = frame[5:].strip() if frame.startswith(b"data:") else b""
+        if payload.startswith(b"{") and b'"error"' in payload:
+            error = _parsed(payload)
+            inner = error.get("error") if isinstance(error, dict) else None
+            code = inner.get("code") if isinstance(inner, dict) else None
+            status = code if isinstance(code, int) and not isinstance(code, bool) and code >= 400 else 500
+            if isinstance(inner, dict | str):
+                frame = b"data: " + normalised(status, payload)
+        out.append(frame + separator)
+    return b"".join(out)
 
 
 def unserved_route(status: int, payload: bytes) -> bool:

@@ -21,7 +21,7 @@ from gateway.proxy.accounting import take_stream_measures, take_usage
 from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import send_bytes
 from gateway.proxy.breaker import outcome_of
-from gateway.proxy.engine_errors import normalised
+from gateway.proxy.engine_errors import normalised, normalised_frames
 from gateway.proxy.errors import error_body, error_frame
 from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, StreamCut
 from gateway.proxy.reliability import ERROR_SOURCE, refusal_headers
@@ -112,6 +112,8 @@ async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = N
             async for chunk in chunks:  # the same reads, past what was held
                 quiet = meter.error is None
                 out = meter.feed(chunk)
+                if quiet and meter.error is not None:  # the engine's error frame, in the gateway's shape
+                    out = normalised_frames(out)
                 failed = _engine_failure(meter.error) if quiet and meter.error is not None else None
                 cut = failed is not None and _continues(exchange, meter)  # the rest comes from elsewhere
                 if out := _forwarded(_before_error(out) if cut else out, splice):
@@ -212,6 +214,7 @@ async def _until_answered(meter: SseMeter, chunks: AsyncIterator[bytes]) -> byte
         failed = _error_before_content(meter.error)
         if failed is not None:
             raise failed
+        return normalised_frames(b"".join(held))  # the request's fault: its error frame goes out
     return b"".join(held)
 
 

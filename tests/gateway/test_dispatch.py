@@ -541,7 +541,7 @@ async def test_an_error_frame_blaming_the_engine_before_content_is_failed_over()
     assert records[0].error is None and "EngineCore died" in records[0].failures[0][1]
 
 
-async def test_an_error_frame_blaming_the_request_is_passed_through_without_failover() -> None:
+async def test_an_error_frame_blaming_the_request_is_passed_on_without_failover() -> None:
     bad = b'data: {"error":{"message":"invalid tool schema","type":"BadRequestError","code":400}}\n\n'
     handler, calls = _by_backend(
         {"a": Scripted([ROLE, bad, DONE]), "b": Scripted([ROLE, content("x"), DONE])}
@@ -549,7 +549,10 @@ async def test_an_error_frame_blaming_the_request_is_passed_through_without_fail
     dispatcher, registry, records = _dispatcher(handler)
     client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
-    assert calls == ["a"] and _body(client) == ROLE + bad + DONE
+    # Passed on in the gateway's error shape, the engine's message kept.
+    reshaped = b'data: {"error":{"message":"invalid tool schema","type":"invalid_request_error",'
+    reshaped += b'"param":null,"code":"engine_error"}}\n\n'
+    assert calls == ["a"] and _body(client) == ROLE + reshaped + DONE
     assert records[0].error == "invalid tool schema"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.proxy.engine_errors import normalised, unserved_body, unserved_route
+from gateway.proxy.engine_errors import normalised, normalised_frames, unserved_body, unserved_route
 
 NESTED_VLLM = b'{"error":{"message":"too long","type":"BadRequestError","param":"messages","code":400}}'
 FLAT_SGLANG = b'{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}'
@@ -55,3 +55,15 @@ def test_the_unserved_answer_names_the_path_and_the_backend() -> None:
     error = orjson.loads(unserved_body("/v1/embeddings", "fp8-mtp", b'{"detail":"Not Found"}'))["error"]
     assert "fp8-mtp" in error["message"] and "/v1/embeddings" in error["message"]
     assert error["code"] == "endpoint_not_served" and error["type"] == "not_found_error"
+
+
+def test_an_engines_error_frame_is_reshaped_and_other_frames_pass_untouched() -> None:
+    content = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+    error = b'data: {"error":{"message":"too long","type":"BadRequestError","param":null,"code":400}}\n\n'
+    done = b"data: [DONE]\n\n"
+    out = normalised_frames(content + error + done)
+    assert out.startswith(content) and out.endswith(done)
+    frame = out[len(content) : -len(done)]
+    reshaped = orjson.loads(frame.removeprefix(b"data: ").strip())["error"]
+    assert reshaped["message"] == "too long" and reshaped["type"] == "invalid_request_error"
+    assert normalised_frames(content + done) == content + done
