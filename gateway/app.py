@@ -132,7 +132,8 @@ def build_gateway(
         settings.probe,
         transport.get,
         listener=reliability.stall,
-        warmup_bound=lambda name: warmups.expected(name)[0],  # refusals past it: unreachable
+        # Refusals past it: unreachable (backends/reachability.py).
+        warmup_bound=lambda name: warmups.unreachable_after(name, settings.probe.startup_grace_s),
     )
     if measurement.scraper is not None:
         measurement.scraper.listener = reliability.stall

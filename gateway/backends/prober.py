@@ -151,7 +151,12 @@ class Prober:
         if why is None:
             self._refused_since.pop(name, None)  # reset, not refused: something is there
             return self._unreachable(state), f"no answer: {type(exc).__name__}"
-        refused_for = now - self._refused_since.setdefault(name, now)
+        first = self._refused_since.setdefault(name, now)
+        if state.status is Status.STARTING and state.since > first:
+            # A (re)start began since (an engine container started, Registry.warming_from_now): its
+            # warm-up counts from there, not from the refusals of the engine that was not running.
+            first = self._refused_since[name] = state.since
+        refused_for = now - first
         where, bound = host_port(state.config.url), self.warmup_bound(name)
         if refused_for > bound:
             return Status.UNREACHABLE, (

@@ -287,3 +287,19 @@ async def test_a_never_ready_backend_past_a_short_grace_stays_dead_without_flapp
     for clock.now in (0.0, 3.0, 6.0, 7.0, 8.0, 12.0, 13.0):
         seen.append(await prober.probe_once("a"))
     assert seen == [Status.STARTING, Status.STARTING] + [Status.DEAD] * 5
+
+
+async def test_a_restart_begun_since_the_refusals_began_gets_its_whole_warmup() -> None:
+    fetch, clock = ScriptedFetch(), Clock()
+    registry = make("http://engine:8000", clock)
+    prober = Prober(registry, ProbeConfig(), fetch, warmup_bound=lambda name: 10.0)
+    fetch.error = ConnectionRefusedError()
+    await prober.probe_once("a")
+    clock.now = 11.0
+    assert await prober.probe_once("a") is Status.UNREACHABLE
+    clock.now = 100.0
+    registry.warming_from_now("a", "engine container starting")  # as engines/lifecycle.py does
+    clock.now = 105.0
+    assert await prober.probe_once("a") is Status.STARTING
+    clock.now = 111.0
+    assert await prober.probe_once("a") is Status.UNREACHABLE
