@@ -131,7 +131,14 @@ def build_gateway(
         registry.engine_full_at = measurement.scraper.running_limit
     metrics.registry.register(ReliabilityCollector(reliability))
     # Probes and scrapes tell the hang watch when an engine stops answering its control plane.
-    prober = Prober(registry, settings.probe, transport.get, listener=reliability.stall)
+    prober = Prober(
+        registry,
+        settings.probe,
+        transport.get,
+        listener=reliability.stall,
+        # Refusals past it: unreachable (backends/reachability.py).
+        warmup_bound=lambda name: warmups.unreachable_after(name, settings.probe.startup_grace_s),
+    )
     if measurement.scraper is not None:
         measurement.scraper.listener = reliability.stall
     engines = engine_manager(settings, registry, prober, reliability, metrics)

@@ -20,9 +20,6 @@ from collections.abc import Sequence
 
 from gateway import __version__, commands
 from gateway.commands import CommandError
-from gateway.policy.load import PolicyError
-from gateway.settings import SettingsError
-from gateway.sim.fleet import FleetError
 
 PROG = "spark-gateway"
 
@@ -39,18 +36,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), argv)
     try:
         result: int = args.handler(args)
-    except (SettingsError, PolicyError, FleetError) as exc:
-        return _fail(str(exc), 2)  # already one `file:line: location: message` line per problem
     except CommandError as exc:
         return _fail(f"{PROG}: error: {exc}", exc.status)
     except OSError as exc:
         if exc.filename is None:
             raise  # not a file the user named: a bug or an environment problem, keep the traceback
         return _fail(f"{PROG}: error: {exc.filename}: {exc.strerror}", 2)
+    except Exception as exc:
+        if not _is_file_error(exc):
+            raise
+        return _fail(str(exc), 2)  # already one `file:line: location: message` line per problem
     return result
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """parse_args, except that a command whose parser sets `passthrough` (bench) gets the arguments after
+    its name as `passthrough_args`, for a parser it builds only when it runs."""
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "passthrough", False):
+        args.passthrough_args = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
+
+
+def _is_file_error(exc: Exception) -> bool:
+    """An invalid config, policy or fleet file. Their modules are imported only once a command failed:
+    the policy's schema alone costs the command line a third of a second."""
+    from gateway.policy.load import PolicyError
+    from gateway.settings import SettingsError
+    from gateway.sim.fleet import FleetError
+
+    return isinstance(exc, (SettingsError, PolicyError, FleetError))
 
 
 def _fail(text: str, status: int) -> int:

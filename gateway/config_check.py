@@ -7,9 +7,14 @@ config does not define stops the start, and a hot reload of one is refused.
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.backends.flavors import FLAVORS
+from gateway.backends.reachability import host_port, nothing_listens
 from gateway.policy.crosscheck import KnownBackend
 from gateway.policy.load import PolicyError, load_policy
 from gateway.settings import Settings, SettingsError, load_config
@@ -61,6 +66,33 @@ def check_config(path: Path) -> ConfigReport:
     backends, pools = _count(len(settings.backends), "backend"), _count(len(settings.pools), "pool")
     summary = f"{path}: ok: {backends}, {pools}, {routing}, state {state}"
     return ConfigReport(warnings=warnings, summary=summary)
+
+
+def probe_backends(path: Path, timeout_s: float = 3.0) -> list[tuple[bool, str]]:
+    """Each backend of the config at `path` reached once, at its flavor's readiness path, all at once:
+    (answered, one line naming it and what was met). Nothing listening is told from an engine that
+    answers, loading or not."""
+    settings = load_config(path).settings
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(settings.backends)))) as pool:
+        found = pool.map(
+            lambda b: _probe(b.name, b.url, FLAVORS[b.flavor].health_path, timeout_s), settings.backends
+        )
+        return list(found)
+
+
+def _probe(name: str, url: str, health_path: str, timeout_s: float) -> tuple[bool, str]:
+    where = host_port(url)
+    try:
+        # The URL is the operator's own config, probed on request: not a client's input.
+        with urllib.request.urlopen(url + health_path, timeout=timeout_s) as response:  # noqa: S310
+            return True, f"backend {name} at {where}: answers ({health_path} -> {response.status})"
+    except urllib.error.HTTPError as exc:  # an answer all the same: something listens
+        return True, f"backend {name} at {where}: answers ({health_path} -> {exc.code})"
+    except (OSError, ValueError) as exc:
+        why = nothing_listens(exc)
+        if why is not None:
+            return False, f"backend {name}: nothing listens at {where} ({why}); check its url"
+        return False, f"backend {name} at {where}: no answer within {timeout_s:g} s ({type(exc).__name__})"
 
 
 def _count(n: int, noun: str) -> str:

@@ -68,19 +68,32 @@ def parse_yaml(
     return root, data
 
 
-def validation_lines(exc: ValidationError, root: yaml.Node | None, source: str) -> list[str]:
-    """One `source:line: location: message` per validation error; a LocatedError raised by a validator
-    is reported at its own location."""
-    lines = []
+def unknown_field(listed_by: str | None = None) -> str:
+    """The one wording for a key no field has, in every file the gateway reads (config, policy, fleet):
+    pydantic's own ("Extra inputs are not permitted") does not say what to do."""
+    if listed_by is None:
+        return "unknown field (check the spelling)"
+    return f"unknown field (check the spelling; {listed_by} lists the fields)"
+
+
+def validation_lines(
+    exc: ValidationError, root: yaml.Node | None, source: str, listed_by: str | None = None
+) -> list[str]:
+    """One `source:line: location: message` per validation error, in the file's line order (pydantic
+    reports them in field order); a LocatedError raised by a validator is reported at its own location.
+    `listed_by` names where the fields are listed, for an unknown key's message."""
+    found: list[tuple[int, str]] = []
     for error in exc.errors():
         located = error.get("ctx", {}).get("error")
         if isinstance(located, LocatedError):
             loc, message = located.loc, str(located)
+        elif error["type"] == "extra_forbidden":
+            loc, message = tuple(error["loc"]), unknown_field(listed_by)
         else:
             loc, message = tuple(error["loc"]), error["msg"]
         line, _ = locate(root, loc)
-        lines.append(f"{at_line(source, line)}: {dotted(loc) or '(root)'}: {message}")
-    return lines
+        found.append((line or 0, f"{at_line(source, line)}: {dotted(loc) or '(root)'}: {message}"))
+    return [text for _, text in sorted(found, key=lambda item: item[0])]  # stable: same line, same order
 
 
 def at_line(source: str, line: int | None) -> str:

@@ -10,7 +10,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.api.asgi import Receive, Scope, Send, send_bytes
-from gateway.backends.registry import Registry
+from gateway.backends.registry import Registry, Status
 from gateway.stats.metrics import GatewayMetrics
 
 _JSON = [(b"content-type", b"application/json")]
@@ -28,7 +28,13 @@ class Ready:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pools = {pool.model: self.registry.pool_ready(pool) for pool in self.registry.pools}
         ready = bool(pools) and all(pools.values())
-        await send_bytes(send, 200 if ready else 503, orjson.dumps({"ready": ready, "pools": pools}), _JSON)
+        not_ready = {  # why, so a wrong URL shows here as "unreachable: nothing listens at host:port"
+            name: f"{state.status}: {state.detail}" if state.detail else str(state.status)
+            for name, state in self.registry.backends.items()
+            if state.status is not Status.READY
+        }
+        body = orjson.dumps({"ready": ready, "pools": pools, "not_ready": not_ready})
+        await send_bytes(send, 200 if ready else 503, body, _JSON)
 
 
 class Metrics:

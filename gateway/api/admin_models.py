@@ -20,14 +20,23 @@ class Health(Open):
 class Ready(Open):
     ready: bool = Field(description="every pool has a ready backend")
     pools: dict[str, bool]
+    not_ready: dict[str, str] = Field(
+        default_factory=dict, description="each backend not ready: its status and why (`unreachable: ...`)"
+    )
 
 
 class BackendState(Open):
     name: str
     url: str
     flavor: str
-    status: str = Field(description="unknown (not probed yet), starting (warming up), ready or dead")
+    status: str = Field(
+        description="unknown (not probed yet), starting (warming up), ready, dead, or unreachable (nothing "
+        "listens at its URL past its warm-up bound)"
+    )
     detail: str | None = None
+    unserved_endpoints: list[str] = Field(
+        default_factory=list, description="endpoints it answered 'no such route' for, kept from it"
+    )
     inflight: int
     max_concurrency: int | None = None
     context_length: int | None = None

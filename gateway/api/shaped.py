@@ -44,22 +44,23 @@ Problem = tuple[str, str | None]
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """One client API: its endpoint name, the path engines serve it at, the field it cannot do without."""
+    """One client API: its endpoint name, the path engines serve it at, the fields it cannot do without."""
 
     kind: str
     upstream_path: str
-    required: str | None = None  # a field the body must have (its type is the engine's to judge)
+    required: tuple[str, ...] = ()  # fields the body must have (their types are the engine's to judge)
     model_optional: bool = False  # the engines allow no `model`: the single pool is meant
 
 
 SHAPES: dict[str, Shape] = {
-    "messages": Shape("messages", "/v1/messages", "messages"),
-    "count_tokens": Shape("count_tokens", "/v1/messages/count_tokens", "messages"),
+    # Anthropic's API answers 400 to Messages without max_tokens; vLLM and llama-server would default it.
+    "messages": Shape("messages", "/v1/messages", ("messages", "max_tokens")),
+    "count_tokens": Shape("count_tokens", "/v1/messages/count_tokens", ("messages",)),
     "responses": Shape("responses", "/v1/responses"),
-    "embeddings": Shape("embeddings", "/v1/embeddings", "input"),
-    "rerank": Shape("rerank", "/v1/rerank", "query"),
+    "embeddings": Shape("embeddings", "/v1/embeddings", ("input",)),
+    "rerank": Shape("rerank", "/v1/rerank", ("query",)),
     "tokenize": Shape("tokenize", "/tokenize", model_optional=True),
-    "detokenize": Shape("detokenize", "/detokenize", "tokens", model_optional=True),
+    "detokenize": Shape("detokenize", "/detokenize", ("tokens",), model_optional=True),
 }
 # Client paths -> the API they name (engines spell rerank three ways; all serve /v1/rerank).
 CLIENT_PATHS: dict[str, str] = {
@@ -120,9 +121,9 @@ class ShapedEndpoint(CompletionsEndpoint):
         if self.shape.model_optional:
             raw = self._with_single_model(raw)
         body, problem = await super()._parse(raw, counted)
-        required = self.shape.required
-        if body is not None and required is not None and required not in body:
-            return None, (f"`{required}` is required", required)
+        missing = [field for field in self.shape.required if body is not None and field not in body]
+        if missing:
+            return None, (f"`{missing[0]}` is required", missing[0])
         return body, problem
 
     def _with_single_model(self, raw: bytes) -> bytes:

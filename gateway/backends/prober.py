@@ -6,7 +6,13 @@ Status rules (see backends/flavors.py for what each flavor's answers mean):
   startup grace has run out since the backend stopped being ready, then dead;
 - no answer (connection refused, timeout) -> starting while it has never been ready and the grace runs,
   dead otherwise (an engine that was serving and stops answering has failed);
-- FAILING (a 5xx after ready, a 404 on the probe path) -> dead.
+- FAILING (a 5xx after ready, a 404 on the probe path) -> dead;
+- connections refused (or a host name that does not resolve) for longer than the backend's warm-up bound
+  (`warmup_bound`: learned, configured or its flavor's, backends/warmup.py) -> unreachable: nothing
+  listens at its URL (backends/reachability.py), a WARNING names the host and port, and requests are no
+  longer held for it. Before that, the detail says what the probes meet, so a wrong URL shows at once.
+The startup grace counts from when the prober first saw the backend not ready (its creation for one that
+never was), not from its last status change: a status change alone does not restart it.
 Passive health: a probe that times out proves nothing on a loaded host. A ready backend stays ready
 through probe timeouts while it answered a request within `passive_window_s`, and is called dead only
 after `timeouts_to_dead` timeouts in a row; a refused connection is still proof at once.
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -35,6 +42,7 @@ import orjson
 from gateway.backends.control_plane import ControlPlaneListener
 from gateway.backends.fetch import Fetch
 from gateway.backends.flavors import FLAVORS, Capabilities, Verdict
+from gateway.backends.reachability import host_port, nothing_listens
 from gateway.backends.registry import BackendState, Registry, Status
 from gateway.settings import ProbeConfig
 from gateway.tasks import BackgroundTask
@@ -49,13 +57,18 @@ class Prober:
         config: ProbeConfig,
         fetch: Fetch,
         listener: ControlPlaneListener | None = None,
+        warmup_bound: Callable[[str], float] | None = None,
     ) -> None:
         self.registry = registry
         self.config = config
         self._fetch = fetch
         self.listener = listener  # told of every probe answered or timed out
+        # Seconds a backend may refuse connections while it loads (Warmups.expected, from app.py).
+        self.warmup_bound = warmup_bound or (lambda name: config.startup_grace_s)
         self._tasks: list[BackgroundTask] = []
         self._timeouts: dict[str, int] = {}  # probe timeouts in a row per backend
+        self._refused_since: dict[str, float] = {}  # first of the refused probes in a row, per backend
+        self._unready_since: dict[str, float] = {}  # when the prober first saw it not ready, per backend
 
     async def start(self) -> None:
         if self._tasks:
@@ -106,22 +119,51 @@ class Prober:
         try:
             status, body = await self._get(state, flavor.health_path)
         except TimeoutError:
+            self._refused_since.pop(name, None)  # a connection was accepted, or is under way
             self._timeouts[name] = in_a_row + 1
             new, detail = self._timed_out(state, in_a_row + 1), "probe timed out"
             if self.listener is not None:
                 self.listener.control_unanswered(name, self.config.timeout_s)
         except OSError as exc:
-            new, detail = self._unreachable(state), f"no answer: {type(exc).__name__}"
+            new, detail = self._no_answer(state, exc)
         else:
+            self._refused_since.pop(name, None)
             if self.listener is not None:
                 self.listener.control_answered(name)
             verdict = flavor.judge(status, body, state.ever_ready)
             new, detail = self._judged(state, verdict), f"{flavor.health_path} -> {status}"
-        if new is Status.READY and state.status is not Status.READY:
-            await self._discover(state)
+        if new is Status.READY:
+            self._unready_since.pop(name, None)
+            if state.status is not Status.READY:
+                await self._discover(state)
         if self.registry.set_status(name, new, detail):
-            log.info("backend %s is %s (%s)", name, new, detail)
+            level = logging.WARNING if new is Status.UNREACHABLE else logging.INFO
+            log.log(level, "backend %s is %s (%s)", name, new, detail)
         return new
+
+    def _no_answer(self, state: BackendState, exc: OSError) -> tuple[Status, str]:
+        """A probe nobody answered. Refusals past the warm-up bound: unreachable; before: as any probe
+        without an answer, the detail naming the address so a wrong URL shows from the first probe."""
+        why = nothing_listens(exc)
+        name, now = state.config.name, self.registry.clock()
+        if why is None:
+            self._refused_since.pop(name, None)  # reset, not refused: something is there
+            return self._unreachable(state), f"no answer: {type(exc).__name__}"
+        first = self._refused_since.setdefault(name, now)
+        if state.status is Status.STARTING and state.since > first:
+            # A (re)start began since (an engine container started, Registry.warming_from_now): its
+            # warm-up counts from there, not from the refusals of the engine that was not running.
+            first = self._refused_since[name] = state.since
+        refused_for = now - first
+        where, bound = host_port(state.config.url), self.warmup_bound(name)
+        if refused_for > bound:
+            return Status.UNREACHABLE, (
+                f"nothing listens at {where} ({why} for {refused_for:.0f} s, past its "
+                f"warm-up bound of {bound:.0f} s; check its URL, or that the engine runs)"
+            )
+        return self._unreachable(state), (
+            f"no answer: {why} at {where} for {refused_for:.0f} s (unreachable after {bound:.0f} s)"
+        )
 
     def _judged(self, state: BackendState, verdict: Verdict) -> Status:
         if verdict is Verdict.READY:
@@ -145,10 +187,13 @@ class Prober:
         return Status.STARTING if self._within_grace(state) else Status.DEAD
 
     def _within_grace(self, state: BackendState) -> bool:
-        # `since` is when the backend left its last status; for a never-ready backend, its creation.
+        # From when it was first seen not ready in this spell (its creation, for one never ready), kept
+        # across status changes: counting from the last change would flip a dead backend back to
+        # starting at every probe.
         if state.status is Status.READY:
             return True
-        return self.registry.clock() - state.since <= self.config.startup_grace_s
+        since = self._unready_since.setdefault(state.config.name, state.since)
+        return self.registry.clock() - since <= self.config.startup_grace_s
 
     async def _discover(self, state: BackendState) -> None:
         async def fetch(path: str) -> Any:

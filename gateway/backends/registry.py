@@ -26,6 +26,9 @@ class Status(StrEnum):
     STARTING = "starting"  # warming up (connection refused or 503 loading within the startup grace)
     READY = "ready"
     DEAD = "dead"
+    # Nothing listens at its URL past its warm-up bound (backends/reachability.py): a wrong URL, or an
+    # engine not running. Not waited for; the prober keeps probing, and its first answer brings it back.
+    UNREACHABLE = "unreachable"
 
 
 @dataclass
@@ -42,6 +45,10 @@ class BackendState:
     last_success: float | None = None  # clock time of the last request it answered successfully
     stalled_since: float | None = None  # clock time it was found stalled (proxy/stall.py); None: it is not
     stall_detail: str = ""
+    # Endpoints it answered "no such route" for (proxy/engine_errors.py), though its flavor or config says
+    # it serves them (a generation model's vLLM has no /v1/embeddings): kept from the router until it
+    # restarts, when it may serve another model.
+    unserved: set[str] = field(default_factory=set)
     load: InFlight = field(default_factory=InFlight, repr=False, compare=False)  # the registry's count
 
     @property
@@ -61,7 +68,8 @@ class BackendState:
     def native_endpoints(self) -> frozenset[str]:
         """The client APIs the engine serves itself: declared in the config, else its flavor's."""
         declared = self.config.endpoints
-        return frozenset(declared) if declared is not None else FLAVORS[self.config.flavor].endpoints
+        served = frozenset(declared) if declared is not None else FLAVORS[self.config.flavor].endpoints
+        return served - self.unserved
 
     @property
     def translates_messages(self) -> bool:
@@ -86,6 +94,9 @@ class BackendState:
             ready=self.status is Status.READY,
             # A restarting backend is warming up again: worth waiting for, like one starting.
             starting=restarting or self.status in (Status.STARTING, Status.UNKNOWN),
+            problem=f"{self.status}: {self.detail}"
+            if self.status in (Status.DEAD, Status.UNREACHABLE)
+            else "",
             breaker_open=breaker_open,
             stalled=self.stalled_since is not None,
             inflight=self.inflight,
@@ -115,6 +126,7 @@ class BackendState:
             "served_models": list(self.served_models),
             "stalled": self.stalled_since is not None,
             "stall_detail": self.stall_detail,
+            "unserved_endpoints": sorted(self.unserved),
         }
 
 
@@ -236,6 +248,15 @@ class Registry:
         state.stalled_since, state.stall_detail = None, f"recovered: {why}"
         return True
 
+    def note_unserved(self, name: str, endpoint: str) -> bool:
+        """The backend answered that it has no route for `endpoint`: the router sends it no more of them
+        until it restarts. True if this is news."""
+        state = self.backends.get(name)
+        if state is None or endpoint in state.unserved:
+            return False
+        state.unserved.add(endpoint)
+        return True
+
     def note_down(self, name: str, detail: str) -> None:
         """Passive health: a connection to the backend was refused, so nothing listens there now. It is
         down until the prober sees it answer again (its restart, if it restarts)."""
@@ -266,6 +287,8 @@ class Registry:
         if state.status is status:
             return False
         state.status, state.since = status, self.clock()
+        if status is Status.READY:
+            state.unserved.clear()  # back from a (re)start: it may serve another model now
         state.ever_ready = state.ever_ready or status is Status.READY
         for listener in self.listeners:
             listener(name, status)

@@ -97,6 +97,10 @@ class Warmups:
         if backend not in self._learned:
             return
         now = self.registry.clock()
+        if status is Status.UNREACHABLE:  # nothing listened: downtime, not a warm-up to learn from
+            self._since.pop(backend, None)
+            self._seen_not_ready.discard(backend)
+            return
         if status is not Status.READY:
             self._since.setdefault(backend, now)
             self._seen_not_ready.add(backend)
@@ -141,6 +145,13 @@ class Warmups:
         expected_s, source = self.expected(backend)
         restarting = state.ever_ready and state.status is not Status.READY
         return Warming(backend, since, expected_s, source, now - since, restarting)
+
+    def unreachable_after(self, backend: str, startup_grace_s: float) -> float:
+        """How long refused connections may last before nothing listening is the verdict (the prober's
+        `warmup_bound`): a learned or configured E as it is; the flavor's default, a guess, no shorter
+        than the operator's startup grace (a deployment that allows 30 minutes to load means it)."""
+        expected_s, source = self.expected(backend)
+        return expected_s if source != FLAVOR_DEFAULT else max(expected_s, startup_grace_s)
 
     def first_ready(self, backends: Iterable[str]) -> Warming | None:
         """The warming backend of `backends` expected ready first; None unless every one is warming."""

@@ -8,8 +8,6 @@ import argparse
 import sys
 from typing import Any
 
-from gateway.api.auth import hash_key
-
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -19,6 +17,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gateway.api.auth import hash_key  # imported here: `--help` stays fast
+
     key = sys.stdin.readline().strip()
     if not key:
         print('hash-key: no key on stdin, e.g. printf %s "$KEY" | spark-gateway hash-key', file=sys.stderr)

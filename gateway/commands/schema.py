@@ -6,8 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from gateway.policy.schema import policy_json_schema
-
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser("schema", help="print the policy JSON Schema")
@@ -15,5 +13,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gateway.policy.schema import policy_json_schema  # imported here: `--help` stays fast
+
     print(json.dumps(policy_json_schema(), indent=2, sort_keys=True))
     return 0

@@ -3,7 +3,9 @@
 With `--config`, serve the backends of a gateway config file (see deploy/gateway.example.yaml). With
 `--fleet`, start that twin fleet in this process and serve it: one pool per served model name, every
 engine a backend with its flavor, and the fleet's policy file if it has one. With neither, serve the
-twin fleet deploy/fleets/spark-duo-35b.yaml on 127.0.0.1:8080. A twin keeps no state: its measurements
+twin fleet deploy/fleets/spark-duo-35b.yaml on 127.0.0.1:8080, its engines already loaded (a fleet given
+with `--fleet` warms up as its file says). It logs `ready` once every model has a ready backend, and a
+countdown of the warm-ups until then (gateway/readiness.py). A twin keeps no state: its measurements
 are neither loaded nor saved, so it never reads or writes a real gateway's state directory.
 """
 
@@ -13,17 +15,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvicorn
-import uvloop
-
-from gateway.api.connections import ConnectionCollector
-from gateway.app import build_app, build_gateway
-from gateway.serving import DrainingServer, connection_cap, server_options
-from gateway.settings import Settings, load_settings
-from gateway.sim.fleet import FleetSpec, load_fleet
-from gateway.sim.runner import TwinFleet
+# The gateway, the twin and uvicorn are imported where they are used, not here: `spark-gateway --help`
+# imports every command's module, and these cost it seconds.
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+    from gateway.sim.fleet import FleetSpec
 
 log = logging.getLogger("gateway.serve")
 
@@ -51,6 +49,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from gateway.settings import load_settings
+    from gateway.sim.fleet import load_fleet
+
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -60,15 +63,33 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings(args.config).model_copy(update=listen)
         uvloop.run(_serve(settings, args.log_level))
         return 0
-    fleet_path = args.fleet
-    if fleet_path is None:
+    if args.fleet is not None:
+        spec = load_fleet(args.fleet)  # its engines warm up as the file says
+    else:
         fleet_path = _resolve(DEFAULT_FLEET)
-        log.info("no --config or --fleet: serving the twin fleet %s", fleet_path)
-    uvloop.run(_serve_fleet(load_fleet(fleet_path), listen, args.time_scale, args.log_level))
+        log.info("no --config or --fleet: serving the twin fleet %s, its engines already loaded", fleet_path)
+        spec = loaded(load_fleet(fleet_path))
+    uvloop.run(_serve_fleet(spec, listen, args.time_scale, args.log_level))
     return 0
 
 
+def loaded(spec: FleetSpec) -> FleetSpec:
+    """The fleet with its engines' simulated warm-up skipped: the built-in fleet is there to show routing
+    at once, and a first request should not wait behind a load nobody asked to see."""
+    engines = [engine.model_copy(update={"warmup_s": 0.0}) for engine in spec.engines]
+    return spec.model_copy(update={"engines": engines})
+
+
 async def _serve(settings: Settings, log_level: str) -> None:
+    import asyncio
+
+    import uvicorn
+
+    from gateway.api.connections import ConnectionCollector
+    from gateway.app import build_app, build_gateway
+    from gateway.readiness import announce_ready
+    from gateway.serving import DrainingServer, connection_cap, server_options
+
     gateway = build_gateway(settings)
     app = build_app(gateway)
     cap = connection_cap(settings.limits)  # raises the fd soft limit first
@@ -81,10 +102,20 @@ async def _serve(settings: Settings, log_level: str) -> None:
         log_level=log_level,
         **server_options(settings.limits, cap),  # head limits, JSON protocol errors, no access log
     )
-    await DrainingServer(config, gateway.drain, settings.shutdown.drain_timeout_s).serve()
+    server = DrainingServer(config, gateway.drain, settings.shutdown.drain_timeout_s)
+    # "ready" only once a request is served at once (every model has a ready backend), a countdown before.
+    announcer = asyncio.create_task(
+        announce_ready(gateway, server, f"http://{settings.host}:{settings.port}")
+    )
+    try:
+        await server.serve()
+    finally:
+        announcer.cancel()
 
 
 async def _serve_fleet(spec: FleetSpec, listen: dict[str, Any], time_scale: float, log_level: str) -> None:
+    from gateway.sim.runner import TwinFleet
+
     # Ephemeral engine ports: the gateway is the fleet's front door, and fixed ports may be taken.
     async with TwinFleet(spec, time_scale=time_scale, ephemeral_ports=True) as fleet:
         for name in fleet.names:
@@ -103,6 +134,8 @@ async def _serve_fleet(spec: FleetSpec, listen: dict[str, Any], time_scale: floa
 
 def settings_for_fleet(spec: FleetSpec, urls: dict[str, str], **listen: Any) -> Settings:
     """One pool per served model name; every engine a backend with its flavor and declared vision."""
+    from gateway.settings import load_settings
+
     backends = [
         {
             "name": engine.name,

@@ -6,9 +6,6 @@ import argparse
 import logging
 from typing import Any
 
-from gateway.sim.fleet import load_fleet
-from gateway.sim.runner import run_fleet_forever
-
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -26,6 +23,10 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `spark-gateway --help` imports every command's module.
+    from gateway.sim.fleet import load_fleet
+    from gateway.sim.runner import run_fleet_forever
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec = load_fleet(args.fleet)
     logging.getLogger(__name__).info(

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from gateway.policy.crosscheck import CrossCheck, KnownBackend, cross_check
 from gateway.policy.schema import Policy
 from gateway.tasks import BackgroundTask
-from gateway.yaml_lines import Loc, dotted, locate
+from gateway.yaml_lines import Loc, dotted, locate, unknown_field
 
 ReloadCallback = Callable[[str, str | None], None]  # (result "ok" | "error", error text or None)
 
@@ -100,8 +100,9 @@ def parse_policy(
     try:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
-        issues = list(dict.fromkeys(_issue(root, err) for err in exc.errors()))  # dedupe, keep order
-        raise PolicyError(source, issues) from exc
+        issues = list(dict.fromkeys(_issue(root, err) for err in exc.errors()))  # dedupe
+        # In the file's line order (pydantic reports them in field order), as the config's are.
+        raise PolicyError(source, sorted(issues, key=lambda issue: issue.line or 0)) from exc
     checked = cross_check(policy, known) if known is not None else CrossCheck((), ())
     if checked.errors:
         raise PolicyError(source, [_found(root, loc, message) for loc, message in checked.errors])
@@ -134,7 +135,7 @@ def _issue(root: yaml.Node | None, err: Any) -> Issue:
     line, kept = locate(root, tuple(err["loc"]))
     message = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        message = "unknown field (check the spelling; `spark-gateway schema` lists the fields)"
+        message = unknown_field("`spark-gateway schema`")
     return Issue(line, dotted(kept), message)
 
 

@@ -168,6 +168,12 @@ class Accounting:
     def note_success(self, backend: str) -> None:
         self.registry.note_success(backend)  # passive health: it answers, so it is alive
 
+    def note_unserved(self, backend: str, endpoint: str, path: str) -> None:
+        if self.registry.note_unserved(backend, endpoint):
+            log.warning(
+                "backend %s has no route for POST %s: no more %s requests go to it", backend, path, endpoint
+            )
+
     def note_down(self, backend: str, why: str) -> None:
         self.registry.note_down(backend, why)  # the connection was refused: nothing listens, it is down
 

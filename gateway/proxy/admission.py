@@ -102,6 +102,7 @@ class _Backend:
     limit: int | None
     ready: bool = False
     retired: bool = False  # removed from the configuration; dropped when its last slot is released
+    gone: bool = False  # nothing listens at its URL (Status.UNREACHABLE): not worth waiting for
 
     def has_room(self, inflight: int) -> bool:
         return self.ready and not self.retired and (self.limit is None or inflight < self.limit)
@@ -150,6 +151,25 @@ class Admission:
         state.ready = ready
         if ready:
             self._grant(backend)
+
+    def set_gone(self, backend: str, gone: bool) -> None:
+        """The prober found nothing listening at `backend` (or something again). A waiter whose every
+        acceptable backend is gone stops waiting at once, as if its deadline had passed: its caller
+        then says why (proxy/attempts.py), rather than after the whole queue deadline."""
+        state = self._backends.get(backend)
+        if state is None or state.gone == gone:
+            return
+        state.gone = gone
+        if not gone:
+            return
+        for queue in self._queues.values():
+            for waiter in [w for w in queue if backend in w.acceptable]:
+                if all(self._gone(name) for name in waiter.acceptable):
+                    self._expire(waiter)
+
+    def _gone(self, backend: str) -> bool:
+        state = self._backends.get(backend)
+        return state is not None and state.gone
 
     # -- taking slots --
 

@@ -197,7 +197,12 @@ def _warming_if_so(
     """A wait that ran out while every backend waited for is still warming up is a warm-up, not a lack
     of room: 503 `backends_warming` with the time left instead of `queue_timeout`."""
     if isinstance(got, Refused) and got.code == "queue_timeout":
-        return reliability.warming_refusal(job.pool.model, waited_for) or got
+        pool = job.pool.model
+        return (
+            reliability.warming_refusal(pool, waited_for)
+            or reliability.unreachable_refusal(pool, waited_for)
+            or got
+        )
     return got
 
 

@@ -43,6 +43,7 @@ from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import Receive, Send
 from gateway.proxy.attempts import NO_BACKEND_LEFT, Failover, Tries
 from gateway.proxy.breaker import Outcome, outcome_of
+from gateway.proxy.engine_errors import UNSERVED_ENDPOINT, unserved_body, unserved_route
 from gateway.proxy.exchange import (
     AttemptFailed,
     Exchange,
@@ -326,6 +327,8 @@ class Dispatcher:
                         opened = await relay.open_stream(exchange, response, self.max_frame_bytes)
                     else:
                         payload = await relay.read_whole(response)
+                        if unserved_route(response.status, payload):
+                            raise self._unserved(exchange, backend, payload)
                         answer = relay.check_whole(response, payload)
                     if watched is not None:
                         watched.scope = None  # the answer goes out from here: never cut it
@@ -356,6 +359,16 @@ class Dispatcher:
             self.accounting.answered(exchange, backend, at_dispatch)
             if moved is not None:  # what it measured until moved: a sample of its pace (proxy/moves.py)
                 record.moved_attempts.append((backend, moved_attempt(record, moved, job.started)))
+
+    def _unserved(self, exchange: Exchange, backend: str, payload: bytes) -> AttemptFailed:
+        """`backend` has no route for the request's path: remembered, so the router sends it no more of
+        them; another backend may serve this one. Its fault is neither the client's nor a failure."""
+        job = exchange.job
+        self.accounting.note_unserved(backend, job.upstream_api, job.path)
+        answer = (unserved_body(job.path, backend, payload), "application/json")
+        failed = AttemptFailed(f"{backend} does not serve POST {job.path}", 404, answer)
+        failed.outcome, failed.code, failed.answered = "client_error", UNSERVED_ENDPOINT, True
+        return failed
 
     async def _send(self, url: str, headers: dict[str, str], body: bytes, backend: str) -> UpstreamResponse:
         """The upstream POST; AttemptFailed when no response head came (a connect timeout says so)."""

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import orjson
 
+# One type per status, for the gateway's own errors and engines' errors passed on (proxy/engine_errors.py).
 _TYPES = {
     400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
     414: "invalid_request_error",
     415: "invalid_request_error",
+    422: "invalid_request_error",
     431: "invalid_request_error",
+    501: "not_supported_error",
     502: "upstream_error",
     503: "service_unavailable_error",
     504: "upstream_timeout_error",

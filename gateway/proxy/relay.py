@@ -22,6 +22,7 @@ from gateway.proxy.accounting import take_stream_measures, take_usage
 from gateway.proxy.admission import Refused
 from gateway.proxy.asgi import send_bytes
 from gateway.proxy.breaker import outcome_of
+from gateway.proxy.engine_errors import normalised, normalised_frames
 from gateway.proxy.errors import error_body, error_frame
 from gateway.proxy.exchange import AttemptFailed, Exchange, InputRejected, StreamCut
 from gateway.proxy.reliability import ERROR_SOURCE, refusal_headers
@@ -73,14 +74,18 @@ async def read_whole(response: UpstreamResponse) -> bytes:
 
 
 async def whole(exchange: Exchange, response: UpstreamResponse, payload: bytes, answer: Any = None) -> None:
-    """The whole answer at once (`answer`: the body parsed by `check_whole`)."""
+    """The whole answer at once (`answer`: the body parsed by `check_whole`); an engine's error in the
+    gateway's error shape, its message kept."""
     record = exchange.record
+    content_type = response.content_type
     if response.status == 200:
         take_usage(record, answer)
     else:
         record.error = f"HTTP {response.status}"
+    if response.status >= 400:
+        payload, content_type = normalised(response.status, payload), "application/json"
     exchange.commit()
-    await send_bytes(exchange.send, response.status, payload, headers(exchange, response.content_type))
+    await send_bytes(exchange.send, response.status, payload, headers(exchange, content_type))
 
 
 @dataclass(slots=True)
@@ -136,6 +141,8 @@ async def stream(exchange: Exchange, opened: Opened, watched: Watched | None = N
             async for chunk in chunks:  # the same reads, past what was held
                 quiet = meter.error is None
                 out = meter.feed(chunk)
+                if quiet and meter.error is not None:  # the engine's error frame, in the gateway's shape
+                    out = normalised_frames(out)
                 failed = _engine_failure(meter.error) if quiet and meter.error is not None else None
                 cut = failed is not None and _continues(exchange, meter)  # the rest comes from elsewhere
                 if out := _forwarded(_before_error(out) if cut else out, splice):
@@ -275,6 +282,7 @@ async def _until_answered(meter: SseMeter, chunks: AsyncIterator[bytes]) -> byte
         failed = _error_before_content(meter.error)
         if failed is not None:
             raise failed
+        return normalised_frames(b"".join(held))  # the request's fault: its error frame goes out
     return b"".join(held)
 
 
@@ -375,16 +383,16 @@ def _engine_message(failed: AttemptFailed) -> str:
 
 
 async def last_failure(exchange: Exchange, last: AttemptFailed) -> None:
-    """Every attempt failed: the last 5xx is passed through as it was, or 502/504 naming every failure."""
+    """Every attempt failed: the last engine's error answer (in the gateway's error shape, its message
+    kept), or 502/504 naming every failure."""
     record = exchange.record
     record.status, record.error = last.status, "; ".join(f"{b}: {why}" for b, why in record.failures)
     exchange.commit()
-    content_type = last.answer[1] if last.answer is not None else "application/json"
-    head = headers(exchange, content_type)
+    head = headers(exchange, "application/json")
     if last.status in (429, 503):
         head.append((b"retry-after", b"1"))  # busy or failing everywhere: worth retrying soon
     if last.answer is not None:
-        await send_bytes(exchange.send, last.status, last.answer[0], head)
+        await send_bytes(exchange.send, last.status, normalised(last.status, last.answer[0]), head)
     else:
         code = last.code or "upstream_unavailable"
         body = error_body(last.status, f"no backend answered: {record.error}", code)

@@ -67,6 +67,7 @@ class Reliability:
         the failures of its previous life would otherwise keep it out, in ever longer cool-downs."""
         ready = status is Status.READY
         self.admission.set_ready(backend, ready)
+        self.admission.set_gone(backend, status is Status.UNREACHABLE)
         if ready and backend in self.breakers:
             self.breakers[backend].reset()
 
@@ -93,10 +94,21 @@ class Reliability:
         first = self.warmups.first_ready(backends)
         if first is None:
             return None
-        refused = warming_refused(pool, first, ahead_s)
         registry = self.warmups.registry
+        refused = warming_refused(pool, first, ahead_s, registry.backends[first.backend].detail)
         registry.promise(first.backend, registry.clock() + ahead_s + refused.retry_after)
         return refused
+
+    def unreachable_refusal(self, pool: str, backends: Iterable[str]) -> Refused | None:
+        """503 `backend_unreachable` naming each of `backends` and where nothing listens, when every one
+        is unreachable; None otherwise."""
+        registry = self.warmups.registry
+        states = [registry.backends[name] for name in backends if name in registry.backends]
+        if not states or any(state.status is not Status.UNREACHABLE for state in states):
+            return None
+        said = "; ".join(f"{state.config.name}: unreachable: {state.detail}" for state in states)
+        message = f"no backend for model {pool} can be reached ({said})"
+        return Refused(503, "backend_unreachable", message, self.admission.config.retry_after_seconds)
 
     def queues(self) -> dict[str, dict[str, int]]:
         return {
@@ -105,9 +117,11 @@ class Reliability:
         }
 
 
-def warming_refused(pool: str, first: Warming, ahead_s: float = 0.0) -> Refused:
-    """The refusal for a pool whose backends are all warming, `first` being the one expected ready first.
-    Retry-After is its time left (rounded up, at least 1 s); nothing in it speaks of capacity."""
+def warming_refused(pool: str, first: Warming, ahead_s: float = 0.0, seen: str = "") -> Refused:
+    """The refusal for a pool whose backends are all warming, `first` being the one expected ready first;
+    `seen`, what its probes last met when they got no answer ("connection refused at host:port"), so a
+    wrong URL does not pass for a warm-up. Retry-After is its time left (rounded up, at least 1 s);
+    nothing in it speaks of capacity."""
     left = first.expected_s - first.elapsed_s - ahead_s
     what = "warming up or restarting" if first.restarting else "warming up"
     if left > 0:
@@ -117,6 +131,8 @@ def warming_refused(pool: str, first: Warming, ahead_s: float = 0.0) -> Refused:
         when = f"the first ({first.backend}) was expected ready {late} ago and may be ready any moment"
     retry_after = max(1, math.ceil(left))
     message = f"all backends for model {pool} are {what}; {when} (Retry-After: {retry_after} s)"
+    if seen.startswith("no answer: "):
+        message += f"; its probes meet {seen.removeprefix('no answer: ')}"
     return Refused(503, WARMING, message, retry_after)
 
 

@@ -31,3 +31,6 @@ class BackendSnapshot:
     # What the engine ran when last seen with a persisting queue (backends/scraper.py `running_limit`):
     # its limit in practice, learned where it does not say it (vLLM). Read by the overload spill only.
     engine_full_at: int | None = None
+    # Why it is down, as the prober last said (e.g. "unreachable: nothing listens at 10.0.0.5:8000 ..."),
+    # so a refusal can tell the client; empty while it is ready or warming.
+    problem: str = ""

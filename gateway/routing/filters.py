@@ -133,7 +133,7 @@ def _all_avoided(ctx: RouteContext, rejected: Sequence[BackendSnapshot]) -> Refu
 def _not_ready(ctx: RouteContext, b: BackendSnapshot) -> str | None:
     if b.starting:
         return "starting (loading the model)"
-    return None if b.ready else "not ready"
+    return None if b.ready else b.problem or "not ready"
 
 
 def _none_ready(ctx: RouteContext, rejected: Sequence[BackendSnapshot]) -> Refusal:
@@ -145,7 +145,7 @@ def _none_ready(ctx: RouteContext, rejected: Sequence[BackendSnapshot]) -> Refus
             f"pool {ctx.pool} has no ready backend for this request yet: {', '.join(starting)} "
             "still loading the model (this can take several minutes); retry shortly",
         )
-    names = ", ".join(b.name for b in rejected)
+    names = "; ".join(f"{b.name}: {b.problem}" if b.problem else b.name for b in rejected)
     return Refusal(
         503,
         "no_ready_backend",

@@ -40,7 +40,9 @@ class LeastBusyRouter:
 
 def _judge(backend: BackendSnapshot) -> Candidate:
     if not backend.ready:
-        return Candidate(backend.name, False, "starting" if backend.starting else "not ready")
+        return Candidate(
+            backend.name, False, "starting" if backend.starting else backend.problem or "not ready"
+        )
     if backend.breaker_open or backend.stalled:
         return Candidate(backend.name, False, "breaker open" if backend.breaker_open else "stalled")
     limit = backend.max_concurrency
@@ -58,7 +60,10 @@ def _refusal(backends: Sequence[BackendSnapshot]) -> Refusal:
         )
     ready = [b for b in backends if b.ready]
     if not ready:
-        return Refusal(503, "no_ready_backend", "no backend of this model is ready")
+        why = "; ".join(f"{b.name}: {b.problem}" for b in backends if b.problem)
+        return Refusal(
+            503, "no_ready_backend", "no backend of this model is ready" + (f" ({why})" if why else "")
+        )
     broken = [b for b in ready if b.breaker_open or b.stalled]
     if len(broken) == len(ready):
         return Refusal(

@@ -28,6 +28,9 @@ class LoadedConfig:
     warnings: tuple[str, ...] = ()  # `file:line: warning: ...` lines: worth a look, not fatal
 
 
+CONFIG_FIELDS = "deploy/gateway.example.yaml"  # every field, commented: where an unknown key's message points
+
+
 def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     """Settings from `path` (YAML) with the environment on top; `overrides` are extra file-level keys.
     Warnings about the config (load_config) are logged."""
@@ -51,7 +54,7 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> LoadedConfi
     try:
         settings = Settings(**data)
     except ValidationError as exc:
-        raise SettingsError(validation_lines(exc, root, source)) from exc
+        raise SettingsError(validation_lines(exc, root, source, CONFIG_FIELDS)) from exc
     return LoadedConfig(settings, tuple(_config_warnings(settings, root, source)))
 
 

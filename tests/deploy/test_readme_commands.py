@@ -58,3 +58,20 @@ def test_the_test_extra_holds_the_bench_extra_and_dev_holds_test() -> None:
     assert "spark-gateway[bench]" in extras["test"]
     assert "spark-gateway[test]" in extras["dev"]
     assert not any(name.startswith(("pytest", "openai", "httpx")) for name in extras["dev"])
+
+
+def test_the_readmes_examples_write_no_file_into_the_checkout() -> None:
+    """A newcomer copies them from the repository's folder: a `> file` would leave litter in the tree."""
+    commands = [line for line in README.splitlines() if line.startswith("    ")]
+    redirects = [line for line in commands if re.search(r"(^|\s)>\s*(?!/dev/|/tmp/|&)\S", line)]
+    assert redirects == []
+
+
+def test_the_agent_examples_name_the_model_the_built_in_fleet_serves() -> None:
+    from gateway.commands.serve import DEFAULT_FLEET
+    from gateway.sim.fleet import load_fleet
+
+    served = {engine.served_model_name for engine in load_fleet(REPO / DEFAULT_FLEET).engines}
+    doc = (REPO / "docs" / "agents.md").read_text()
+    named = set(re.findall(r'(?:MODEL=|model=")([\w./-]+)', doc))
+    assert named and named <= served, (named, served)

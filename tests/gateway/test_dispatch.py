@@ -129,7 +129,7 @@ async def test_connect_error_fails_over_to_the_next_backend(engines: list[FakeEn
             assert response.headers["x-gateway-backend"] == "b"
 
 
-async def test_4xx_is_passed_through_without_failover(engines: list[FakeEngine]) -> None:
+async def test_4xx_is_passed_on_in_the_gateway_shape_without_failover(engines: list[FakeEngine]) -> None:
     error = {"error": {"message": "context too long", "type": "BadRequestError", "code": 400}}
     engines[0].behaviour.status = 400
     engines[0].behaviour.error_body = error
@@ -140,7 +140,15 @@ async def test_4xx_is_passed_through_without_failover(engines: list[FakeEngine])
         session.post(url + "/v1/chat/completions", json=CHAT) as response,
     ):
         assert response.status == 400
-        assert await response.json() == error
+        # The engine's message, in the shape of the gateway's own errors.
+        assert await response.json() == {
+            "error": {
+                "message": "context too long",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "engine_error",
+            }
+        }
     assert engines[1].bodies == []
 
 
@@ -214,7 +222,7 @@ async def test_retries_are_bounded_by_max_attempts() -> None:
     assert len(calls) == 2 and client.sent[0]["status"] == 502
 
 
-async def test_last_5xx_is_passed_through_when_every_candidate_fails() -> None:
+async def test_last_5xx_is_passed_on_when_every_candidate_fails() -> None:
     async def handler(url: str, headers: Mapping[str, str], body: bytes) -> MockResponse:
         # 503 (unavailable), not 500: the same 500 from two engines is the input's fault (test_blame.py).
         return MockResponse(503, [b'{"error":{"message":"engine dead"}}'])
@@ -223,7 +231,8 @@ async def test_last_5xx_is_passed_through_when_every_candidate_fails() -> None:
     client = AsgiClient()
     await dispatcher.run(_job(registry), client.receive, client.send)
     assert client.sent[0]["status"] == 503
-    assert client.sent[1]["body"] == b'{"error":{"message":"engine dead"}}'
+    error = orjson.loads(client.sent[1]["body"])["error"]
+    assert error["message"] == "engine dead" and error["type"] == "service_unavailable_error"
 
 
 async def test_inflight_is_counted_from_dispatch_until_the_answer_is_sent() -> None:
@@ -532,7 +541,7 @@ async def test_an_error_frame_blaming_the_engine_before_content_is_failed_over()
     assert records[0].error is None and "EngineCore died" in records[0].failures[0][1]
 
 
-async def test_an_error_frame_blaming_the_request_is_passed_through_without_failover() -> None:
+async def test_an_error_frame_blaming_the_request_is_passed_on_without_failover() -> None:
     bad = b'data: {"error":{"message":"invalid tool schema","type":"BadRequestError","code":400}}\n\n'
     handler, calls = _by_backend(
         {"a": Scripted([ROLE, bad, DONE]), "b": Scripted([ROLE, content("x"), DONE])}
@@ -540,7 +549,10 @@ async def test_an_error_frame_blaming_the_request_is_passed_through_without_fail
     dispatcher, registry, records = _dispatcher(handler)
     client = AsgiClient()
     await dispatcher.run(_stream_job(registry), client.receive, client.send)
-    assert calls == ["a"] and _body(client) == ROLE + bad + DONE
+    # Passed on in the gateway's error shape, the engine's message kept.
+    reshaped = b'data: {"error":{"message":"invalid tool schema","type":"invalid_request_error",'
+    reshaped += b'"param":null,"code":"engine_error"}}\n\n'
+    assert calls == ["a"] and _body(client) == ROLE + reshaped + DONE
     assert records[0].error == "invalid tool schema"
 
 

@@ -82,7 +82,7 @@ def test_the_readme_requests_validate(spec: dict[str, Any]) -> None:
     chat = _readme_json(r"-d '(\{.*?\})'")
     assert chat["model"] == MODEL and chat["max_tokens"] > 16  # beyond what the old fuzzing schema took
     assert _errors(_request(spec, "/v1/chat/completions"), chat) == []
-    explained = _readme_json(r"echo '(\{.*?\})' > req\.json")
+    explained = _readme_json(r"echo '(\{.*?\})' \\\n\s*\| spark-gateway explain")
     assert _errors(_request(spec, "/gateway/explain"), explained) == []
 
 

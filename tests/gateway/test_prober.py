@@ -231,3 +231,75 @@ async def test_a_never_probed_backend_whose_probe_raises_is_not_left_unknown() -
     finally:
         await prober.stop()
     assert registry.backends["a"].status is Status.STARTING  # within the startup grace, like no answer
+
+
+async def test_refusals_past_the_warmup_bound_are_unreachable_naming_host_and_port(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, url = Clock(), closed_port_url()
+    registry = make(url, clock)
+    transport = AiohttpTransport(Timeouts())
+    prober = Prober(registry, ProbeConfig(), transport.get, warmup_bound=lambda name: 5.0)
+    where = url.removeprefix("http://")
+    try:
+        with caplog.at_level(logging.INFO, logger="gateway.prober"):
+            assert await prober.probe_once("a") is Status.STARTING  # may be an engine loading
+            assert f"connection refused at {where}" in registry.backends["a"].detail  # said at once
+            clock.now = 4.5
+            assert await prober.probe_once("a") is Status.STARTING
+            clock.now = 6.0
+            assert await prober.probe_once("a") is Status.UNREACHABLE
+    finally:
+        await transport.aclose()
+    assert f"nothing listens at {where}" in registry.backends["a"].detail
+    assert not registry.may_come_back("a")  # requests are not held for it
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "unreachable" in warned[0].getMessage() and where in warned[0].getMessage()
+
+
+async def test_an_unreachable_backend_that_answers_is_ready_again() -> None:
+    fetch, clock = ScriptedFetch(), Clock()
+    registry = make("http://engine:8000", clock)
+    prober = Prober(registry, ProbeConfig(), fetch, warmup_bound=lambda name: 1.0)
+    fetch.error = ConnectionRefusedError()
+    await prober.probe_once("a")
+    clock.now = 2.0
+    assert await prober.probe_once("a") is Status.UNREACHABLE
+    fetch.error = None
+    assert await prober.probe_once("a") is Status.READY
+
+
+async def test_a_reset_connection_is_no_proof_that_nothing_listens() -> None:
+    fetch, clock = ScriptedFetch(), Clock()
+    registry = make("http://engine:8000", clock)
+    prober = Prober(registry, ProbeConfig(), fetch, warmup_bound=lambda name: 1.0)
+    fetch.error = ConnectionResetError()
+    for clock.now in (0.0, 5.0, 10.0):
+        assert await prober.probe_once("a") is Status.STARTING
+
+
+async def test_a_never_ready_backend_past_a_short_grace_stays_dead_without_flapping() -> None:
+    fetch, clock = ScriptedFetch(), Clock()
+    registry = make("http://engine:8000", clock)
+    prober = Prober(registry, ProbeConfig(startup_grace_s=5), fetch, warmup_bound=lambda name: 100.0)
+    fetch.error = ConnectionRefusedError()
+    seen = []
+    for clock.now in (0.0, 3.0, 6.0, 7.0, 8.0, 12.0, 13.0):
+        seen.append(await prober.probe_once("a"))
+    assert seen == [Status.STARTING, Status.STARTING] + [Status.DEAD] * 5
+
+
+async def test_a_restart_begun_since_the_refusals_began_gets_its_whole_warmup() -> None:
+    fetch, clock = ScriptedFetch(), Clock()
+    registry = make("http://engine:8000", clock)
+    prober = Prober(registry, ProbeConfig(), fetch, warmup_bound=lambda name: 10.0)
+    fetch.error = ConnectionRefusedError()
+    await prober.probe_once("a")
+    clock.now = 11.0
+    assert await prober.probe_once("a") is Status.UNREACHABLE
+    clock.now = 100.0
+    registry.warming_from_now("a", "engine container starting")  # as engines/lifecycle.py does
+    clock.now = 105.0
+    assert await prober.probe_once("a") is Status.STARTING
+    clock.now = 111.0
+    assert await prober.probe_once("a") is Status.UNREACHABLE

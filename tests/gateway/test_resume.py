@@ -291,7 +291,9 @@ def test_an_engine_s_own_error_frame_mid_answer_is_continued_and_one_blaming_the
     a = MockResponse(200, [chunk(role=True), chunk("Hel"), own_fault, DONE], "text/event-stream")
     backends = Backends({"a": a, "b": b}, {"b": 1})
     raw, records = run_dispatch(backends, {**CHAT, "stream": True})
-    assert events(raw)[-2]["error"]["code"] == 400 and [s[0] for s in backends.sent] == ["a"]
+    error = events(raw)[-2]["error"]  # the engine's words, in the gateway's error shape
+    assert error["message"] == "bad logits processor" and error["type"] == "invalid_request_error"
+    assert [s[0] for s in backends.sent] == ["a"]
     assert records[0].resumed_from == []
 
 

@@ -128,3 +128,30 @@ def test_check_config_reports_a_config_error_with_its_line(
 def test_check_without_files_or_config_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check"]) == 2
     assert "--config" in capsys.readouterr().err
+
+
+def test_check_config_lists_errors_in_line_order_with_one_unknown_key_wording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pydantic reports `backends` before `port` (field order); the file has them the other way round.
+    config = tmp_path / "gateway.yaml"
+    config.write_text("portt: 9000\n" + CONFIG.replace("    url: http://127.0.0.1:8102\n", "    urll: x\n"))
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "spark.yaml").write_text(POLICY)
+    assert main(["check", "--config", str(config)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    lines = [int(line.split(":")[1]) for line in err]
+    assert lines == sorted(lines) and len(lines) >= 2, err
+    unknown = [line for line in err if "portt" in line or "urll" in line]
+    assert len(unknown) == 2 and all("unknown field (check the spelling" in line for line in unknown), err
+
+
+def test_check_lists_a_policys_errors_in_line_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pydantic reports `version` before `profiles` (field order); the file has them the other way round.
+    policy = tmp_path / "p.yaml"
+    policy.write_text("profiles:\n  - name: default\n    prefers: [x]\nversion: 7\n")
+    assert main(["check", str(policy)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(":")[1] for line in err] == ["3", "4"], err

@@ -28,6 +28,33 @@ from vllm_prep import PreparedVllm, VllmUnavailable, ensure_vllm
 from vllm_process import VllmPair, VllmStartError, running_vllm_pair
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before the first test, the long preparations the selected real tests need (tests/real/prep_step.py),
+    announced with their time estimates and followed, on the terminal whatever the capture mode."""
+    if session.config.option.collectonly:
+        return
+    needs = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    want_llama, want_vllm = "llama_server_build" in needs, "vllm_prepared" in needs
+    if not (want_llama or want_vllm):
+        return
+    from prep_step import prepare
+
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:
+        if reporter is None:
+            return
+        if capture is None:
+            reporter.write_line(line)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+    prepare(say, want_llama, want_vllm, ensure_gemma_gguf)
+
+
 @pytest.fixture(scope="session")
 def llama_server_build() -> BuiltServer:
     try:
