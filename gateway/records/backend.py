@@ -13,8 +13,8 @@ class BackendSnapshot:
     ready: bool = True
     starting: bool = False  # warming up (connection refused / 503 loading): not dead
     breaker_open: bool = False
-    # No byte from its in-flight requests for far longer than it usually takes (proxy/stall.py): out for
-    # now, like an open breaker, until it produces bytes again.
+    # Its engine made no progress (no token to any request, its counters still) for longer than the work
+    # in flight allows (proxy/stall.py): out for now, like an open breaker, until it makes progress again.
     stalled: bool = False
     inflight: int = 0  # counted from the moment of dispatch, streams and retries included
     max_concurrency: int | None = None

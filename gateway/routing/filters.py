@@ -155,7 +155,7 @@ def _none_ready(ctx: RouteContext, rejected: Sequence[BackendSnapshot]) -> Refus
 
 def _breaker_open(ctx: RouteContext, b: BackendSnapshot) -> str | None:
     if b.stalled:
-        return "stalled (no bytes for far longer than it usually takes)"
+        return "stalled (its engine made no progress for longer than this work allows)"
     return "circuit breaker open (recent failures)" if b.breaker_open else None
 
 
