@@ -16,6 +16,7 @@ for /v1/embeddings), which dispatch remembers for the backend.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -28,6 +29,13 @@ UNSERVED_ENDPOINT = "endpoint_not_served"
 MESSAGE_MAX = 2000  # an engine's message as the client gets it; a traceback dump is cut here
 # What FastAPI (vLLM, SGLang) and llama-server answer for a path they have no route for.
 _ROUTE_MISSES = frozenset({"not found", "file not found"})
+# Error types that only restate the status: OpenAI's and Anthropic's generic ones.
+_GENERIC = frozenset({
+    "invalid_request_error", "authentication_error", "permission_error", "not_found_error",
+    "rate_limit_error", "server_error", "api_error", "overloaded_error", "error",
+})  # fmt: skip
+_SNAKE = re.compile(r"[a-z][a-z0-9_]*")
+_STANDARD = frozenset({"message", "type", "param", "code", "detail", "object"})
 
 
 def normalised(status: int, payload: bytes) -> bytes:
@@ -36,7 +44,13 @@ def normalised(status: int, payload: bytes) -> bytes:
     if isinstance(parsed, dict) and parsed.get("type") == "error":
         return payload  # Anthropic's shape: a Messages client's own
     message, param, code = _fields(parsed, payload)
-    return error_body(status, message[:MESSAGE_MAX], code, param)
+    body = error_body(status, message[:MESSAGE_MAX], code, param)
+    extra = _extra_fields(parsed)
+    if not extra:
+        return body
+    shaped = orjson.loads(body)
+    shaped["error"] = {**shaped["error"], **extra}
+    return orjson.dumps(shaped)
 
 
 def normalised_frames(data: bytes) -> bytes:
@@ -98,5 +112,26 @@ def _fields(parsed: Any, payload: bytes) -> tuple[str, str | None, str]:
     param = error.get("param")
     code = error.get("code")
     # A string code is the engine's own name for the error (model_not_found); a number only repeats the
-    # status, which the client has.
-    return message, param if isinstance(param, str) else None, code if isinstance(code, str) else ENGINE_ERROR
+    # status, which the client has. Without one, an engine's own error type is that name
+    # (llama-server's exceed_context_size_error); a generic type or an exception class says nothing more.
+    if not isinstance(code, str):
+        kind = error.get("type")
+        code = (
+            kind
+            if isinstance(kind, str) and _SNAKE.fullmatch(kind) and kind not in _GENERIC
+            else ENGINE_ERROR
+        )
+    return message, param if isinstance(param, str) else None, code
+
+
+def _extra_fields(parsed: Any) -> dict[str, Any]:
+    """The engine's own scalar fields beside the standard ones (llama-server's n_ctx and
+    n_prompt_tokens): figures a client may act on, kept as the engine gave them."""
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(error, dict):
+        return {}
+    return {
+        key: value
+        for key, value in error.items()
+        if key not in _STANDARD and isinstance(value, int | float | str) and not isinstance(value, bool)
+    }

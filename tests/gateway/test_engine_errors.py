@@ -27,6 +27,16 @@ def test_param_and_a_string_code_are_the_engines() -> None:
     assert (error["param"], error["code"], error["type"]) == ("model", "model_not_found", "not_found_error")
 
 
+def test_an_engines_own_error_name_is_the_code_and_its_counts_are_kept() -> None:
+    payload = (
+        b'{"error":{"code":400,"message":"request (3024 tokens) exceeds the available context size (2048'
+        b' tokens)","type":"exceed_context_size_error","n_prompt_tokens":3024,"n_ctx":2048}}'
+    )
+    error = orjson.loads(normalised(400, payload))["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "exceed_context_size_error")
+    assert (error["n_prompt_tokens"], error["n_ctx"]) == (3024, 2048)
+
+
 def test_fastapi_detail_plain_text_and_a_bare_string_keep_their_words() -> None:
     assert orjson.loads(normalised(404, b'{"detail":"Not Found"}'))["error"]["message"] == "Not Found"
     assert (

@@ -100,7 +100,9 @@ def test_under_estimated_overflow_passes_the_engine_400_through(client: openai.O
                                        messages=[{"role": "user", "content": UNDER_ESTIMATED_TEXT}],
                                        max_tokens=4)
     error = caught.value.body
-    assert isinstance(error, dict) and error["type"] == "exceed_context_size_error"
+    # The gateway's one error shape, llama-server's own error name as the code and its counts kept.
+    assert isinstance(error, dict) and error["type"] == "invalid_request_error"
+    assert error["code"] == "exceed_context_size_error"
     assert error["n_ctx"] == CONTEXT_SIZE and error["n_prompt_tokens"] > CONTEXT_SIZE
     assert caught.value.response.headers["x-gateway-backend"] == PLAIN
 
