@@ -299,6 +299,8 @@ class StallWatch:
         """Confirm a suspect backend stalled once its engine has made no progress for the allowed silence,
         unless no other backend could take its requests."""
         quiet, allowed = now - b.quiet_from, self.allowed_silence(name)
+        if now - b.heard_at < allowed:  # its server answered meanwhile: busy more likely than hung
+            allowed = max(allowed, self.config.answering_silence_s)
         if b.suspected_at is None or quiet <= allowed or b.marked:
             return
         if not self._another_could_serve(name):

@@ -54,4 +54,9 @@ class StallSettings(Strict):
     # The most prompt tokens an engine prefills in one step (vLLM's max_num_batched_tokens, SGLang's
     # chunked_prefill_size): nothing moves on an engine for the length of such a step.
     step_tokens: int = Field(default=16_384, gt=0)
+    # The least silence without progress allowed an engine whose health probes or metrics scrapes were
+    # answered within the allowance: its server runs, so it is busy more likely than hung (a CPU-bound
+    # prefill, a first batch of a new shape). A stopped process answers nothing and is still found within
+    # the allowance; a wedged one, whose server answers, within this bound (~10 s with a scrape's lag).
+    answering_silence_s: float = Field(default=7.0, gt=0)
     check_interval_s: float = Field(default=0.25, gt=0, description="how often in-flight work is checked")
