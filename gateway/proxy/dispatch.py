@@ -306,7 +306,8 @@ class Dispatcher:
         state = self.registry.backends[backend]
         headers = {"content-type": "application/json", **state.config.auth_headers()}
         at_dispatch = self.accounting.dispatching(exchange, backend)
-        watched = self.stall.enter(backend, job.stream, len(body)) if self.stall is not None else None
+        stall = self.stall
+        watched = stall.enter(backend, job.stream, len(body), job.pool.backends) if stall else None
         if watched is not None and self.moves is not None and exchange.resume is not None:
             self.moves.track(watched, exchange)
         response: UpstreamResponse | None = None

@@ -16,9 +16,10 @@ tell a slow engine from a stuck one in two steps (allowances: proxy/stall_pace.p
 - Confirmed (stalled): no progress of any kind for floor + one step of the prompts waiting there /
   prefill rate. Also when only whole (non-streamed) requests wait there, which send nothing until done:
   the engine's counters, read by the scraper, stood still that long while requests wait.
-  Not while every other backend of its pools is suspected, stalled or out too: that is evidence against
-  the detector (a busy host slows every engine at once), and failing over in a circle turns slow answers
-  into none; the requests wait for the first engine that answers.
+  Not while every other backend of its requests' pools is suspected, stalled or out too: that is
+  evidence against the detector (a busy host slows every engine at once), and failing over in a circle
+  turns slow answers into none; the requests wait for the first engine that answers. Once confirmed, a
+  request with no other backend of its pool to go to stays where it is all the same.
 - Unresponsive: a backend with requests in flight that has shown no sign of life (content, an answer,
   an answered probe or /metrics scrape) for the floor, while its control plane left
   calls unanswered for `UNANSWERED_S` in all since (backends/control_plane.py). A stopped process
@@ -74,6 +75,7 @@ class Watched:
     started: float  # the watch's clock
     sent: float  # gateway.clock.monotonic, the stream meter's clock
     prompt_tokens: int
+    peers: tuple[str, ...] = ()  # the other backends of its pool: where it could fail over
     order: int = 0  # when it entered, among all attempts (the queue ahead of it on its backend)
     ahead_tokens: int = 0  # the prompts waiting for their first content there when it entered
     # Set while it may be cut: waiting for its first content (cutting it fails over), or a stream under
@@ -134,10 +136,17 @@ class StallWatch:
         self._timer: asyncio.TimerHandle | None = None
         self._order = itertools.count()
 
-    def enter(self, backend: str, stream: bool, body_bytes: int) -> Watched:
-        """An attempt is about to be sent to `backend`."""
+    def enter(
+        self, backend: str, stream: bool, body_bytes: int, pool: tuple[str, ...] | None = None
+    ) -> Watched:
+        """An attempt is about to be sent to `backend`; `pool`: the backends its request may go to (by
+        default, those of every pool `backend` is in)."""
         now = self.clock()
-        watched = Watched(backend, stream, now, monotonic(), body_bytes // BYTES_PER_TOKEN, next(self._order))
+        if pool is None:
+            pool = tuple(p for each in self.registry.pools if backend in each.backends for p in each.backends)
+        peers = tuple(dict.fromkeys(p for p in pool if p != backend))
+        tokens = body_bytes // BYTES_PER_TOKEN
+        watched = Watched(backend, stream, now, monotonic(), tokens, peers, next(self._order))
         watched.last_seen = now
         b = self._backend(backend)
         watched.ahead_tokens = sum(w.prompt_tokens for w in b.attempts if _waiting(w))
@@ -291,7 +300,7 @@ class StallWatch:
             self._judge_unresponsive(name, b, now)
         if state.stalled_since is not None:
             why = f"backend {name} stalled: {state.stall_detail}"
-            self._cut(b, state.stalled_since, now, why, streams_too=True)
+            self._cut(b, state.stalled_since, now, why, streams_too=True, keep_stranded=not b.unresponsive)
         elif state.status is Status.DEAD:
             self._cut(b, state.since, now, f"backend {name} is down: {state.detail}")
 
@@ -303,7 +312,7 @@ class StallWatch:
             allowed = max(allowed, self.config.answering_silence_s)
         if b.suspected_at is None or quiet <= allowed or b.marked:
             return
-        if not self._another_could_serve(name):
+        if not any(self._could_move(w) for w in b.attempts):
             if not b.held:
                 b.held = True
                 log.warning(
@@ -347,10 +356,9 @@ class StallWatch:
     def _allowed_silence(self, b: _Backend) -> float:
         return b.pace.no_progress(self.config, sum(w.prompt_tokens for w in b.attempts if _waiting(w)))
 
-    def _another_could_serve(self, name: str) -> bool:
-        """Some other backend of its pools is ready, and neither stalled nor suspected."""
-        peers = {p for pool in self.registry.pools if name in pool.backends for p in pool.backends}
-        for peer in peers - {name}:
+    def _could_move(self, watched: Watched) -> bool:
+        """Some other backend of its request's pool is ready, and neither stalled nor suspected."""
+        for peer in watched.peers:
             state = self.registry.backends.get(peer)
             other = self._backends.get(peer)
             suspect = other is not None and other.suspected_at is not None
@@ -380,17 +388,29 @@ class StallWatch:
         elif b.marked and not unresponsive:
             b.unresponsive = False  # silent requests too: only progress or an answered probe lifts it now
 
-    def _cut(self, b: _Backend, since: float, now: float, why: str, streams_too: bool = False) -> None:
+    def _cut(
+        self,
+        b: _Backend,
+        since: float,
+        now: float,
+        why: str,
+        streams_too: bool = False,
+        keep_stranded: bool = False,
+    ) -> None:
         """Cut the attempts waiting for their first content that were there before `since`, or have
         waited longer than their first-content allowance since (sent to it when nothing else could take
         them): they fail over. With `streams_too` (a stalled backend), also the streams under way that
         have been silent longer than the floor: they end with an error frame now, not at the idle
-        timeout."""
+        timeout. With `keep_stranded` (a stall judged on progress, which a slow engine may yet show),
+        an attempt no other backend of its pool could take stays: cutting it would turn a slow answer
+        into an error and throw its prefill away."""
         loop = asyncio.get_running_loop()
         floor = b.pace.floor(self.config)
         for watched in b.attempts:
             scope = watched.scope
             if scope is None or watched.cut is not None:
+                continue
+            if keep_stranded and not self._could_move(watched):
                 continue
             if watched.committed:
                 cut = streams_too and now - watched.last_seen > floor
