@@ -23,6 +23,7 @@ from gateway_harness import (
     SPEC,
     SPEC_POOL,
     RunningGateway,
+    backend_states,
     get_json,
 )
 
@@ -127,6 +128,13 @@ def test_adaptive_routing_learns_the_real_pair(vllm_gateway: RunningGateway) -> 
     pinned = {
         pool: [(cls, send(port, pool, prompt)) for cls, prompt in items] for pool in (PLAIN_POOL, SPEC_POOL)
     }
+
+    # Both engines are healthy, only slow (two of them on two shared cores, prefills CPU-bound): the hang
+    # watch may suspect them, never find them stalled (it reads their progress, docs/reliability.md).
+    states = backend_states(port)
+    watch = {name: states[name]["stall_watch"] for name in (PLAIN, SPEC)}
+    print(f"\nhang watch: {watch}")
+    assert all(w["stalls"] == 0 for w in watch.values()), watch
 
     profile_of = {REPEAT: REPEAT, NOVEL: "default"}
     assert {cls: {o.profile for c, o in adaptive if c == cls} for cls in (REPEAT, NOVEL)} == {
