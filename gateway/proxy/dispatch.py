@@ -307,7 +307,9 @@ class Dispatcher:
         headers = {"content-type": "application/json", **state.config.auth_headers()}
         at_dispatch = self.accounting.dispatching(exchange, backend)
         stall = self.stall
-        watched = stall.enter(backend, job.stream, len(body), job.pool.backends) if stall else None
+        watched = (
+            stall.enter(backend, job.stream, len(body), job.pool.backends) if stall is not None else None
+        )
         if watched is not None and self.moves is not None and exchange.resume is not None:
             self.moves.track(watched, exchange)
         response: UpstreamResponse | None = None

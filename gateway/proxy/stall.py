@@ -143,8 +143,9 @@ class StallWatch:
         default, those of every pool `backend` is in)."""
         now = self.clock()
         if pool is None:
-            pool = tuple(p for each in self.registry.pools if backend in each.backends for p in each.backends)
-        peers = tuple(dict.fromkeys(p for p in pool if p != backend))
+            pools = [each.backends for each in self.registry.pools if backend in each.backends]
+            pool = tuple(dict.fromkeys(p for backends in pools for p in backends))  # a backend once
+        peers = tuple(p for p in pool if p != backend)
         tokens = body_bytes // BYTES_PER_TOKEN
         watched = Watched(backend, stream, now, monotonic(), tokens, peers, next(self._order))
         watched.last_seen = now
