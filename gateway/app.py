@@ -46,13 +46,14 @@ from gateway.proxy.accounting import Accounting
 from gateway.proxy.decision_feed import DecisionFeed
 from gateway.proxy.decode_probe import DecodeProbes, ProbeTarget
 from gateway.proxy.dispatch import Dispatcher, DispatchListener, Job, Observer
+from gateway.proxy.move_planner import SlowedEngineMoves
 from gateway.proxy.moves import KnobsFor, StreamMoves
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
 from gateway.proxy.upstream import AiohttpTransport, UpstreamTransport
 from gateway.records import BackendSnapshot
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.least_busy import LeastBusyRouter
-from gateway.routing.router import PolicyRouter
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.pipeline.least_busy import LeastBusyRouter
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.settings import BackendConfig, Settings
 from gateway.shutdown import DrainGuard, DrainTracker
 from gateway.stats.live_metrics import LiveCollector
@@ -163,7 +164,9 @@ def build_gateway(
         dispatcher.on_dispatch.append(book_explorations(objective, probes))
         running.append(probes)
         if watcher is not None and settings.limits.resume_streams:  # streams move off a slowed engine
-            dispatcher.moves = StreamMoves(registry, objective.mover, adaptive_knobs(watcher))
+            dispatcher.moves = StreamMoves(
+                registry, move_planner(objective, measurement), adaptive_knobs(watcher)
+            )
     return Gateway(
         settings=settings,
         registry=registry,
@@ -219,8 +222,15 @@ def adaptive_scorer(
         devices={b.name: b.device for b in backends if b.device is not None},
         progress=measurement.progress.view,
         probes=probes,
-        peek=functools.partial(measurement.progress.view, mark=False),
     )
+
+
+def move_planner(objective: AdaptiveScorer, measurement: Measurement) -> SlowedEngineMoves:
+    """The stream mover's planner: the adaptive scorer's windows, devices and slow-down memory, and the
+    requests in flight looked at without the device-time readings a view keeps for the decisions' next
+    views (`mark=False`)."""
+    peek = functools.partial(measurement.progress.view, mark=False)
+    return SlowedEngineMoves(objective.windows, peek, objective.devices, objective.slowdowns)
 
 
 def decode_probes(

@@ -10,12 +10,12 @@ the gateway could not route or forward safely:
   api/body_parse.py, so the refusal costs one pass of `bytes.count`);
 - more than `MAX_MESSAGES` messages, `MAX_TOOLS` tools or `MAX_PARTS` content parts in one message
   (the defaults of `BodyLimits`, set by the operator in `limits:`);
-- wrong types in the fields routing reads (routing/features.py): `stream` not a boolean, `messages` not
-  a list of objects, `content` neither a string, a list of parts nor null, `tool_calls` not a list of
+- wrong types in the fields routing reads (routing/request/features.py): `stream` not a boolean, `messages`
+  not a list of objects, `content` neither a string, a list of parts nor null, `tool_calls` not a list of
   objects whose `function` is an object, `tools` not a list of objects, `stream_options` not an object.
 
 Numbers the features read (`max_tokens`, `temperature`, `n`, ...) and `response_format` are tolerated
-in any type by routing/features.py and left to the engine to judge.
+in any type by routing/request/features.py and left to the engine to judge.
 
 One bounded pass over the parsed body: the walk stops at the first problem.
 """

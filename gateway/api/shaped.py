@@ -35,7 +35,7 @@ from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.proxy.errors import error_body
 from gateway.records import BackendSnapshot, Decision, Refusal
 from gateway.records.endpoints import ENDPOINT_PATHS
-from gateway.routing.features import DEFAULT_CHARS_PER_TOKEN, content_size
+from gateway.routing.request.features import DEFAULT_CHARS_PER_TOKEN, content_size
 from gateway.translate import messages_to_chat
 from gateway.translate.messages_request import TranslationError
 

@@ -28,7 +28,8 @@ class Capabilities:
     context_length: int | None = None
     modalities: frozenset[str] | None = None  # None: the engine does not say
     served_models: tuple[str, ...] = ()
-    capacity: int | None = None  # sequences the engine runs at once, where it says (routing/spill.py)
+    # The sequences the engine runs at once, where it says (routing/pipeline/spill.py).
+    capacity: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -201,4 +201,3 @@ class Warmups:
     def _identity(self, backend: str) -> BackendIdentity:
         served = (pool.served_name(backend) for pool in self.registry.pools if backend in pool.backends)
         return identity(backend, self.registry.backends[backend].config.url, served)
-

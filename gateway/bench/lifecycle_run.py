@@ -38,7 +38,7 @@ from gateway.proxy.attempts import Failover, Tries
 from gateway.proxy.exchange import Job
 from gateway.proxy.reliability import Reliability
 from gateway.records import RequestRecord
-from gateway.routing.least_busy import LeastBusyRouter
+from gateway.routing.pipeline.least_busy import LeastBusyRouter
 from gateway.settings import Settings
 
 STRATEGIES = ("pinned", "lru", "cost-aware")

@@ -91,9 +91,7 @@ def plan(
         held = [r.name for r in residents if r.name not in chosen]
         why = f"{need_gib:g} GiB do not fit in {budget_gib:g} GiB beside {', '.join(held) or 'nothing'}"
         busy = ", busy" if spare_busy else ""
-        return Eviction(
-            refusal=f"{why} (pinned, loading{busy}, or ready for less than {min_residency_s:g}s)"
-        )
+        return Eviction(refusal=f"{why} (pinned, loading{busy}, or ready for less than {min_residency_s:g}s)")
     return Eviction(tuple(chosen))
 
 
@@ -115,4 +113,3 @@ def worth_swapping(
     (`eviction_wait_s`). Queued requests are batched until the first outweighs the second, and never
     longer than `max_wait_s` for the oldest of them."""
     return oldest_wait_s >= max_wait_s or waiting_cost_s >= eviction_cost_s
-

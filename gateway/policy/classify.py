@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gateway.policy.schema import NumberCondition, Policy, Profile, SetCondition, StringCondition, When
 from gateway.records import Features
-from gateway.routing.features import needed_tokens
+from gateway.routing.request.features import needed_tokens
 
 Condition = NumberCondition | SetCondition | StringCondition | bool
 Value = float | int | str | bool | frozenset[str] | None

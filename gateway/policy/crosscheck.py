@@ -93,8 +93,8 @@ def _unreachable(policy: Policy, backends: Sequence[KnownBackend]) -> list[Findi
 
 
 def _excluded(profile: Profile, backend: KnownBackend) -> str | None:
-    """Why this profile never routes to the backend, or None. The same rules as routing/filters.py, on
-    declared capabilities only: an undeclared one is discovered later and may well fit."""
+    """Why this profile never routes to the backend, or None. The same rules as routing/pipeline/filters.py,
+    on declared capabilities only: an undeclared one is discovered later and may well fit."""
     hit = next((a for a in profile.avoid if a == backend.name or a in backend.tags), None)
     if hit is not None:
         return f"avoids {hit!r}"

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.records.endpoints import ENDPOINTS, Endpoint
-from gateway.routing.cells import MIN_SAMPLES
-from gateway.routing.pacing import MAX_EPSILON
+from gateway.routing.explore.pacing import MAX_EPSILON
+from gateway.routing.model.cells import MIN_SAMPLES
 
 RoutingMode = Literal["static", "adaptive"]
 Objective = Literal["ttft", "tokens_per_second", "e2e"]

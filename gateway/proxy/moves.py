@@ -1,9 +1,9 @@
-"""Streams under way moved off an engine seen running slower than measured: routing/moving.py decides
+"""Streams under way moved off an engine seen running slower than measured: proxy/move_choice.py decides
 which, proxy/resume.py continues them on the engine the request fails over to.
 
 Every `interval_s` while resumable streams are under way, the streams of each backend are put to the
 planner (`MovePlanner`: the adaptive scorer, which moves nothing unless the engine is seen slowed beyond
-doubt, routing/moving.py `moving_off`). A stream it moves is cut the way the hang watch cuts
+doubt, proxy/move_choice.py `moving_off`). A stream it moves is cut the way the hang watch cuts
 one (its attempt's timeout scope expires now): the relay raises StreamCut with nothing more sent, and
 dispatch continues it elsewhere as it would a broken one, except that the engine is not blamed: no
 breaker failure, no error sample (it was slow, not failing; the slow-down already speaks for that).
@@ -24,8 +24,8 @@ from typing import Protocol
 from gateway.backends.registry import Registry, Status
 from gateway.policy.schema import Adaptive
 from gateway.proxy.exchange import Exchange
+from gateway.proxy.move_choice import MoveQuestion, Underway
 from gateway.proxy.stall import Watched
-from gateway.routing.moving import MoveQuestion, Underway
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def _underway(t: _Tracked) -> Underway:
     """The stream as far as it has gone: frames stand for tokens (a speculative engine's frame may carry
     several: then it has gone further than counted, and is moved less eagerly). Without a token limit
     in the request what is left is unknown here (None): the planner reads it from the profile's
-    finished answers (routing/moving.py `expected_left`)."""
+    finished answers (proxy/move_choice.py `expected_left`)."""
     job, meter, resume = t.exchange.job, t.watched.meter, t.exchange.resume
     generated = (meter.content_frames if meter is not None else 0) + (resume.generated if resume else 0)
     limit = job.body.get("max_tokens", job.body.get("max_completion_tokens"))

@@ -4,8 +4,8 @@ routes and the metrics.
 
 - Readiness reaches admission through `on_status` (a registry listener): only ready backends give slots,
   and a backend that becomes ready serves the requests waiting for it at once.
-- The router's fallback (routing/filters.py `once_back`: what could serve once a backend has warmed up,
-  has room or has cooled down) lets ingress wait in the bounded queue for those backends instead of
+- The router's fallback (routing/pipeline/filters.py `once_back`: what could serve once a backend has warmed
+  up, has room or has cooled down) lets ingress wait in the bounded queue for those backends instead of
   refusing a request that could still be served.
 - When every backend that could serve a request is warming up, the request waits `warming_wait_s` for
   the first to be ready; then `warming_refusal` answers 503 `backends_warming` with the time the first is

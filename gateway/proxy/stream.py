@@ -47,6 +47,7 @@ class BadStream(UpstreamError):
         super().__init__(message)
         self.code = code
 
+
 _CONTENT_KEYS = ("content", "reasoning", "reasoning_content", "tool_calls", "function_call")
 # Typed events that carry generated content: Messages deltas, Responses text, reasoning and tool deltas.
 _DELTA_EVENTS = frozenset(

@@ -17,8 +17,8 @@ class Sample:
     error: bool = False
     mean_itl: float | None = None  # mean gap between streamed token chunks; None when not streamed
     # Their mean without the longest tenth: the engine's step, where the mean also takes in the few long
-    # steps that ran the prefill of requests arriving beside it (routing/slowdown.py reads the decode pace
-    # from it). Not the median: a speculative engine may send a step's tokens as several frames, and the
+    # steps that ran the prefill of requests arriving beside it (routing/slowdown/reading.py reads the decode
+    # pace from it). Not the median: a speculative engine may send a step's tokens as several frames, and the
     # median of gaps half near zero and half a step long flips between the two.
     trimmed_itl: float | None = None
     # Share of the request's life (0..1) during which another backend of its device had requests in
@@ -29,7 +29,7 @@ class Sample:
     repetition: float = 0.0
     # The backend's mean in-flight count over the request's life, itself included; None where unknown (a
     # decode probe's, an older snapshot's). `concurrency` is the load it met at dispatch: the first request
-    # of a burst meets 1 and decodes at 16 (routing/slowdown.py tells the two apart).
+    # of a burst meets 1 and decodes at 16 (routing/slowdown/reading.py tells the two apart).
     mean_load: float | None = None
 
     @property

@@ -207,17 +207,17 @@ class StepLoad:
 def step_seconds(perf: PerfSpec, device: DeviceSpec, load: StepLoad) -> float:
     """Duration of one engine step on an otherwise idle device, before contention and slowdown.
 
-        q          = 1 + k under speculation, else 1          positions each decoding sequence runs
-        tokens     = decode_seqs * q + prefill tokens         tokens through the weights this step
-        touched    = 1 - (1 - k_e/E) ** (tokens ** exponent)   share of routed experts read (MoE)
-        t_memory   = (dense + experts * touched) * bytes_per_weight + decode_context * kv_bytes
-                     / (bandwidth * efficiency)               weights once per step + KV per sequence
-        t_prefill  = sum(chunk / prefill_rate + attn * chunk * (start + chunk / 2))
-        t_step     = step_fixed + per_seq * decode_seqs + max(t_memory, t_prefill)   (roofline)
-                     + prefill_request * new_requests
-        speculative, when anything decodes:
-                   + k * draft_step + verify_fixed + verify_per_seq * decode_seqs
-                     + verify_per_prefill_token * prefill tokens
+    q          = 1 + k under speculation, else 1          positions each decoding sequence runs
+    tokens     = decode_seqs * q + prefill tokens         tokens through the weights this step
+    touched    = 1 - (1 - k_e/E) ** (tokens ** exponent)   share of routed experts read (MoE)
+    t_memory   = (dense + experts * touched) * bytes_per_weight + decode_context * kv_bytes
+                 / (bandwidth * efficiency)               weights once per step + KV per sequence
+    t_prefill  = sum(chunk / prefill_rate + attn * chunk * (start + chunk / 2))
+    t_step     = step_fixed + per_seq * decode_seqs + max(t_memory, t_prefill)   (roofline)
+                 + prefill_request * new_requests
+    speculative, when anything decodes:
+               + k * draft_step + verify_fixed + verify_per_seq * decode_seqs
+                 + verify_per_prefill_token * prefill tokens
     """
     spec = perf.speculative
     decoding = load.decode_seqs > 0

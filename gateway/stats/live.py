@@ -224,4 +224,3 @@ class LiveRecorder:
             while window and window[0][0] < horizon:
                 window.popleft()
             self._touch(cell)
-

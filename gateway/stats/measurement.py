@@ -108,7 +108,7 @@ def record_sample(record: Completion) -> Sample | None:
         prompt_tokens=record.prompt_tokens or 0,
         concurrency=max(1, record.inflight_at_dispatch),
         # On a shared device the other engines' requests slow this one too: kept apart from its own
-        # batch, so the fit can tell the two effects apart (routing/fitting.py).
+        # batch, so the fit can tell the two effects apart (routing/model/fitting.py).
         device_share=_share(record.device_shared_s, record.e2e - before),
         mean_load=_mean_load(record.load_s, record.e2e - before),
         error=failed,

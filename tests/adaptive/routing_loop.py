@@ -8,8 +8,8 @@ from collections.abc import Callable
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, Decision, Sample
 from gateway.repetition import prompt_repetition
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 
 # (backend, profile, concurrency) -> (ttft seconds, tpot seconds)
@@ -45,8 +45,16 @@ def decode_samples(base: float, n: int = 40) -> list[Sample]:
     for i in range(n):
         own, shared = 1 + i % 16, float(i % 3 == 0)
         tpot = (base + 0.0004 * own) * (1.0 + 0.8 * shared)
-        out.append(Sample(e2e=0.1 + 255 * tpot, ttft=0.1, output_tokens=256, prompt_tokens=2048,
-                          concurrency=own, device_share=shared))
+        out.append(
+            Sample(
+                e2e=0.1 + 255 * tpot,
+                ttft=0.1,
+                output_tokens=256,
+                prompt_tokens=2048,
+                concurrency=own,
+                device_share=shared,
+            )
+        )
     return out
 
 
@@ -76,8 +84,9 @@ def with_adaptive(policy: str, **knobs: object) -> str:
 
 def make_router(recorder: LiveRecorder) -> PolicyRouter:
     scorer = AdaptiveScorer(recorder)
-    return PolicyRouter(FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.25))),
-                        objective_scorer=scorer)
+    return PolicyRouter(
+        FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.25))), objective_scorer=scorer
+    )
 
 
 def sent(router: PolicyRouter, decision: Decision) -> str:
@@ -103,7 +112,17 @@ def serve(router: PolicyRouter, recorder: LiveRecorder, clock: Clock, endpoint: 
     chosen = sent(router, decision)
     ttft, tpot = perf(chosen, decision.profile, 1)
     content = prompt_repetition(request.get("messages"), request.get("prompt"))  # as stats/measurement.py
-    recorder.record(chosen, decision.profile, Sample(e2e=ttft + 63 * tpot, ttft=ttft, output_tokens=64,
-                                                    prompt_tokens=40, concurrency=1, repetition=content))
+    recorder.record(
+        chosen,
+        decision.profile,
+        Sample(
+            e2e=ttft + 63 * tpot,
+            ttft=ttft,
+            output_tokens=64,
+            prompt_tokens=40,
+            concurrency=1,
+            repetition=content,
+        ),
+    )
     clock.t += 1.0
     return chosen

@@ -6,10 +6,10 @@ import pytest
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.cells import CellModel, build_model
-from gateway.routing.harm import DeviceLoad, busy_extension, device_harm
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.model.cells import CellModel, build_model
+from gateway.routing.model.harm import DeviceLoad, busy_extension, device_harm
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import decode_samples as samples
@@ -62,8 +62,9 @@ def route(devices: dict[str, str], y_inflight: int) -> tuple[str, dict[str, obje
     for sample in samples(0.018):  # y is faster per request, at any load
         recorder.record("y", "default", sample)
     scorer = AdaptiveScorer(recorder, devices=devices)
-    router = PolicyRouter(FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0))),
-                          objective_scorer=scorer)
+    router = PolicyRouter(
+        FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0))), objective_scorer=scorer
+    )
     body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
     pool = [BackendSnapshot("x", inflight=14), BackendSnapshot("y", inflight=y_inflight)]
     winner = router.route("completions", body, pool).ranked[0]

@@ -4,10 +4,10 @@ from collections.abc import Sequence
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, Sample
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.context import RouteContext
-from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.verdict import Verdict
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.adaptive.verdict import Verdict
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import POLICY, Clock, make_router, sent, serve, with_adaptive
 
@@ -69,8 +69,9 @@ def test_a_backend_that_slows_down_loses_its_traffic_within_a_bounded_number_of_
 def test_exploration_goes_to_a_backend_that_would_not_win_anyway() -> None:
     recorder = LiveRecorder(clock=Clock())
     scorer = AdaptiveScorer(recorder)
-    router = PolicyRouter(FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.25))),
-                          objective_scorer=scorer)
+    router = PolicyRouter(
+        FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.25))), objective_scorer=scorer
+    )
     explored: list[str] = []
     decide = scorer.decide
 
@@ -110,13 +111,16 @@ profiles:
 def test_a_decode_speed_profile_borrows_the_engines_fit_until_its_own_cell_is_measured() -> None:
     recorder = LiveRecorder(clock=Clock())
     for _ in range(8):  # y decodes twice as fast as x, measured on short prompts only
-        recorder.record("x", "default", Sample(e2e=2.6, ttft=0.05, output_tokens=64, prompt_tokens=40,
-                                                        concurrency=1))
-        recorder.record("y", "default", Sample(e2e=1.3, ttft=0.05, output_tokens=64, prompt_tokens=40,
-                                                        concurrency=1))
+        recorder.record(
+            "x", "default", Sample(e2e=2.6, ttft=0.05, output_tokens=64, prompt_tokens=40, concurrency=1)
+        )
+        recorder.record(
+            "y", "default", Sample(e2e=1.3, ttft=0.05, output_tokens=64, prompt_tokens=40, concurrency=1)
+        )
     scorer = AdaptiveScorer(recorder)
-    router = PolicyRouter(FixedPolicy(parse_policy(with_adaptive(BORROW_POLICY, explore_epsilon=0))),
-                          objective_scorer=scorer)
+    router = PolicyRouter(
+        FixedPolicy(parse_policy(with_adaptive(BORROW_POLICY, explore_epsilon=0))), objective_scorer=scorer
+    )
     pool = [BackendSnapshot("x"), BackendSnapshot("y")]
 
     def first(prompt_words: int) -> str:

@@ -1,14 +1,14 @@
 """Exploration's pace follows its cost: an idle backend on a device of its own, while the winner is busy,
 slows no other engine's requests and joins no queue when measured, so it takes the requests outright (it is
-assumed as fast as its measured peer until measured: routing/peers.py); one sharing a device with a busy
+assumed as fast as its measured peer until measured: routing/model/peers.py); one sharing a device with a busy
 engine accrues at a fraction of the policy's epsilon."""
 
 from __future__ import annotations
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, Sample
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY, decode_samples, sent, with_adaptive
 

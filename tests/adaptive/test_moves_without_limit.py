@@ -9,9 +9,10 @@ from dataclasses import replace
 import pytest
 
 from gateway.policy.schema import Adaptive
+from gateway.proxy.move_choice import MoveQuestion, Underway, expected_left
+from gateway.proxy.move_planner import SlowedEngineMoves
 from gateway.records import BackendSnapshot, InFlight, Progress
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.moving import MoveQuestion, Underway, expected_left
+from gateway.routing.adaptive.scorer import AdaptiveScorer
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.test_slowed_prior import streams
 
@@ -35,10 +36,11 @@ def moved(streams_underway: list[Underway], answer_lengths: list[int]) -> list[b
             recorder.record(name, "default", replace(sample, output_tokens=answer_lengths[0]))
     for length in answer_lengths[1:]:
         recorder.record("y", "default", replace(streams(0.020, 1)[0], output_tokens=length))
-    scorer = AdaptiveScorer(recorder, progress=lambda name: throttled() if name == "x" else Progress())
+    progress = lambda name: throttled() if name == "x" else Progress()  # noqa: E731
+    scorer = AdaptiveScorer(recorder, progress=progress)
     pool = [BackendSnapshot("x", inflight=6), BackendSnapshot("y", inflight=0)]
     question = MoveQuestion("x", "default", streams_underway, pool, "y", Adaptive())
-    return scorer.mover.moves(question)
+    return SlowedEngineMoves(recorder, progress, {}, scorer.slowdowns).moves(question)
 
 
 def test_a_stream_without_a_limit_moves_when_the_profiles_answers_say_much_is_left() -> None:

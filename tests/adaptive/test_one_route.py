@@ -29,11 +29,11 @@ from gateway.backends.registry import Status
 from gateway.policy.load import parse_policy
 from gateway.proxy.dispatch import Job
 from gateway.records import BackendSnapshot, Decision, ExplorationPlan
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.cells import MIN_SAMPLES
-from gateway.routing.context import RouteContext
-from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.scorers import Assessment
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.model.cells import MIN_SAMPLES
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.scorers import Assessment
 from gateway.settings import load_settings
 from gateway.sim.runner import TwinFleet
 from gateway.stats.live import LiveRecorder

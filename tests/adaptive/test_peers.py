@@ -1,13 +1,13 @@
 """A backend not yet measured, alone on its device, is assumed as fast as its measured peer: it takes load
 as least-in-flight would, a burst included, and its own samples take over once it has min_samples
-answers (routing/peers.py)."""
+answers (routing/model/peers.py)."""
 
 from __future__ import annotations
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY, decode_samples, with_adaptive
 

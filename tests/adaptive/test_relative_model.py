@@ -11,10 +11,10 @@ import pytest
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, Sample
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.cells import build_model
-from gateway.routing.peers import decode_ratio
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.model.cells import build_model
+from gateway.routing.model.peers import decode_ratio
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import paced, with_adaptive
 

@@ -9,12 +9,12 @@ import pytest
 from gateway.policy.load import parse_policy
 from gateway.proxy.decode_probe import PROBE_PROFILE
 from gateway.records import BackendSnapshot, ExplorationPlan
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.cells import build_model
-from gateway.routing.fitting import fit_load
-from gateway.routing.harm import DeviceLoad, device_harm
-from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.shared_device import holders
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.model.cells import build_model
+from gateway.routing.model.fitting import fit_load
+from gateway.routing.model.harm import DeviceLoad, device_harm
+from gateway.routing.model.shared_device import holders
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import POLICY as E2E_POLICY
@@ -63,9 +63,9 @@ def test_stress_traffic_stays_on_the_busy_engine_of_a_shared_device() -> None:
     apart = AdaptiveScorer(recorder)
     router = PolicyRouter(policy, objective_scorer=apart)
     assert router.route("completions", body, loaded).ranked[0] == "y"  # separate devices: spread
-    explained = PolicyRouter(policy, objective_scorer=scorer).explain(
-        "completions", body, loaded
-    )["scoring"]["adaptive"]["predictions"]
+    explained = PolicyRouter(policy, objective_scorer=scorer).explain("completions", body, loaded)["scoring"][
+        "adaptive"
+    ]["predictions"]
     y = next(p for p in explained if p["backend"] == "y")
     assert y["harm_s"] > 0 and y["own_value"] > y["value"]
 
@@ -73,23 +73,34 @@ def test_stress_traffic_stays_on_the_busy_engine_of_a_shared_device() -> None:
 def test_exploration_counts_requests_still_in_flight() -> None:
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     scorer = AdaptiveScorer(recorder)
-    router = PolicyRouter(FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5))),
-                          objective_scorer=scorer)
+    router = PolicyRouter(
+        FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5))), objective_scorer=scorer
+    )
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
     # 100 arrivals before any answer is recorded: y may be explored at most min_samples times.
-    chosen = [sent(router, router.route("completions", body, [BackendSnapshot("x"), BackendSnapshot("y")]))
-              for _ in range(100)]
+    chosen = [
+        sent(router, router.route("completions", body, [BackendSnapshot("x"), BackendSnapshot("y")]))
+        for _ in range(100)
+    ]
     assert chosen.count("y") <= 5 and chosen.count("x") >= 95 - 5
 
 
-def first_exploration(x_inflight: int, y_inflight: int, devices: dict[str, str], history: bool = True,
-                      min_samples: int = 5, routes: int = 4000, refresh_requests: int = 40) -> list[int]:
+def first_exploration(
+    x_inflight: int,
+    y_inflight: int,
+    devices: dict[str, str],
+    history: bool = True,
+    min_samples: int = 5,
+    routes: int = 4000,
+    refresh_requests: int = 40,
+) -> list[int]:
     """Which of `routes` requests explore y (the winner x is measured, y never answered), epsilon 0.5."""
     recorder = LiveRecorder(clock=lambda: 1_000_000.0)
     for sample in samples(0.020) if history else []:  # x's newest 16 requests met a load of 8.5 on average
         recorder.record("x", "default", sample)
-    policy = with_adaptive(POLICY, explore_epsilon=0.5, min_samples=min_samples,
-                           refresh_requests=refresh_requests)
+    policy = with_adaptive(
+        POLICY, explore_epsilon=0.5, min_samples=min_samples, refresh_requests=refresh_requests
+    )
     scorer = AdaptiveScorer(recorder, devices=devices)
     router = PolicyRouter(FixedPolicy(parse_policy(policy)), objective_scorer=scorer)
     body = {"model": "m", "prompt": "hi", "max_tokens": 8}
@@ -122,15 +133,18 @@ def test_exploration_waits_for_a_moment_when_it_slows_the_busy_engine_least() ->
 
 def test_deferred_exploration_is_kept_less_often_the_more_requests_it_would_slow() -> None:
     # min_samples 1000 at epsilon 0.5: due only after 2000 requests, so the first 2000 show the deferral.
-    kept = {n: len(first_exploration(n, 0, SHARED, min_samples=1000, routes=2000, refresh_requests=5000))
-            for n in (1, 16, 32)}
+    kept = {
+        n: len(first_exploration(n, 0, SHARED, min_samples=1000, routes=2000, refresh_requests=5000))
+        for n in (1, 16, 32)
+    }
     # 2000 requests at 0.5 x 0.2 / n: next to 16 in flight 12, next to 32 6; next to 1, x's recent
     # load (8.5) counts: 23.
     assert kept == {1: 23, 16: 12, 32: 6}
 
 
-def claims_held(y_value: float, x_inflight: int = 14, capacity: int | None = None,
-                x_claim: bool = True) -> dict[str, str]:
+def claims_held(
+    y_value: float, x_inflight: int = 14, capacity: int | None = None, x_claim: bool = True
+) -> dict[str, str]:
     """holders() for x (100 tok/s with the device's load on it alone) and an idle y sharing its device."""
     model = build_model(samples(0.020))
     x, y = DeviceLoad("x", x_inflight, False, model, capacity), DeviceLoad("y", 0, x_inflight > 0, model)
@@ -162,8 +176,11 @@ def shared_and_apart(y_tpot: float) -> tuple[str, str, str]:
     shared = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=SHARED))
     why = shared.explain("completions", body, loaded)["scoring"]["adaptive"]["why"]
     apart = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder))
-    return (shared.route("completions", body, loaded).ranked[0],
-            apart.route("completions", body, loaded).ranked[0], why)
+    return (
+        shared.route("completions", body, loaded).ranked[0],
+        apart.route("completions", body, loaded).ranked[0],
+        why,
+    )
 
 
 def test_requests_stay_with_the_engine_holding_the_device_unless_another_beats_it_at_its_load() -> None:

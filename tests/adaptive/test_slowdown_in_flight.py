@@ -1,6 +1,6 @@
 """A favoured engine that slows down mid-run is left within a few requests, through the real gateway over a
-twin fleet: its streams in flight show the slow-down long before any of them finishes (routing/slowdown.py),
-so the router does not wait for CHANGE_RUN slow answers per profile."""
+twin fleet: its streams in flight show the slow-down long before any of them finishes
+(routing/slowdown/reading.py), so the router does not wait for CHANGE_RUN slow answers per profile."""
 
 from __future__ import annotations
 
@@ -36,7 +36,10 @@ def pair() -> FleetSpec:
     """x and y on one device (they share its bandwidth, so spreading load gains little); y reads 1.6x the
     weight bytes per step (decodes ~1.4x slower)."""
     common: dict[str, Any] = {
-        "served_model_name": "twin/pair", "context_length": 32768, "warmup_s": 0.0, "device": "spark"
+        "served_model_name": "twin/pair",
+        "context_length": 32768,
+        "warmup_s": 0.0,
+        "device": "spark",
     }
     x = {**common, "name": "x", "seed": 1}
     y = {**common, "name": "y", "seed": 2, "perf": {"bytes_per_weight": 1.6}}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, InFlight, Progress, Sample
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.router import FixedPolicy, PolicyRouter
-from gateway.routing.verdict import demoted
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.adaptive.verdict import demoted
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import POLICY, with_adaptive
 

@@ -29,8 +29,9 @@ def test_the_router_converges_to_the_better_backend_per_profile_on_a_twin_fleet(
 
 def test_traffic_moves_away_from_a_backend_that_slows_down_mid_run(tmp_path: Path) -> None:
     async def scenario() -> tuple[list[str], list[str]]:
-        async with gateway_over_fleet(split_fleet(), policy=write_policy(tmp_path),
-                                      state_dir=tmp_path / "state") as stack:
+        async with gateway_over_fleet(
+            split_fleet(), policy=write_policy(tmp_path), state_dir=tmp_path / "state"
+        ) as stack:
             before = [(await route(stack, SHORT_PROMPT, LONG_OUTPUT, i))[0] for i in range(70)]
             # The twin's slow-down fault: every step 16x longer. (At 8x, x's measured TPOT, 1.96 ms, ties
             # y's 1.98 ms: a router that keeps measuring both then rightly flips between them.)

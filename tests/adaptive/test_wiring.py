@@ -18,7 +18,7 @@ from gateway.proxy.accounting import Accounting
 from gateway.proxy.decode_probe import PROBE_PROFILE, PROBE_TOKENS, DecodeProbes
 from gateway.proxy.upstream import MockResponse, MockTransport
 from gateway.records import BackendSnapshot, RequestRecord, Sample
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.settings import BackendConfig, MeasurementConfig, Settings, load_settings
 from gateway.sim.fleet import load_fleet
 from gateway.sim.runner import TwinFleet
@@ -34,9 +34,20 @@ def record(**fields: Any) -> RequestRecord:
 
 
 def test_a_completion_record_becomes_a_sample_timed_from_dispatch() -> None:
-    r = record(backend="x", status=200, inflight_at_dispatch=3, device_inflight_at_dispatch=5, ttft=0.5,
-               e2e=2.5, overhead=0.1, itl=[0.02] * 9 + [0.22], output_tokens=41, prompt_tokens=100,
-               device_shared_s=0.6, load_s=9.6)
+    r = record(
+        backend="x",
+        status=200,
+        inflight_at_dispatch=3,
+        device_inflight_at_dispatch=5,
+        ttft=0.5,
+        e2e=2.5,
+        overhead=0.1,
+        itl=[0.02] * 9 + [0.22],
+        output_tokens=41,
+        prompt_tokens=100,
+        device_shared_s=0.6,
+        load_s=9.6,
+    )
     s = record_sample(r)
     assert s is not None
     assert (round(s.ttft or 0, 3), round(s.e2e, 3), s.concurrency, s.error) == (0.4, 2.4, 3, False)
@@ -71,8 +82,17 @@ def test_windows_stay_bounded_under_any_traffic(tmp_path: Path) -> None:
     m.recorder.max_samples, m.recorder.max_cells = 16, 4  # small bounds, same code path
     m.recorder._cells.clear()
     for i in range(2000):
-        m.observe(record(backend=f"b{i % 7}", profile=f"p{i % 3}", status=200, ttft=0.1, e2e=1.0,
-                         output_tokens=10, inflight_at_dispatch=1))
+        m.observe(
+            record(
+                backend=f"b{i % 7}",
+                profile=f"p{i % 3}",
+                status=200,
+                ttft=0.1,
+                e2e=1.0,
+                output_tokens=10,
+                inflight_at_dispatch=1,
+            )
+        )
     assert len(m.recorder) <= 4
     assert all(len(entries) <= 16 for _, _, entries in m.recorder.cells())
 
@@ -129,8 +149,12 @@ def test_the_gateway_records_scrapes_and_serves_live_stats_on_a_twin(tmp_path: P
             base = settings_for_fleet(spec, {n: fleet.url(n) for n in fleet.names})
             settings = load_settings(
                 None,
-                **{**base.model_dump(mode="json", exclude_none=True), "state_dir": str(tmp_path),
-                   "probe": {"starting_interval_s": 0.02}, "measurement": {"scrape_interval_s": 0.05}},
+                **{
+                    **base.model_dump(mode="json", exclude_none=True),
+                    "state_dir": str(tmp_path),
+                    "probe": {"starting_interval_s": 0.02},
+                    "measurement": {"scrape_interval_s": 0.05},
+                },
             )
             gateway = build_gateway(settings)
             accounting = gateway.dispatcher.accounting
@@ -190,8 +214,8 @@ async def _get(app: Any, path: str) -> dict[str, Any]:
 
 def test_a_policy_file_wires_the_adaptive_scorer_into_the_router() -> None:
     settings = settings_for_fleet(
-        load_fleet(REPO / "deploy/fleets/spark-duo-35b.yaml"), {"fp8-base": "http://127.0.0.1:1",
-                                                               "fp8-mtp": "http://127.0.0.1:2"}
+        load_fleet(REPO / "deploy/fleets/spark-duo-35b.yaml"),
+        {"fp8-base": "http://127.0.0.1:1", "fp8-mtp": "http://127.0.0.1:2"},
     )
     gateway = build_gateway(settings)
     assert isinstance(gateway.router, PolicyRouter) and gateway.router.objective_scorer is not None
@@ -233,8 +257,13 @@ def test_decode_probes_go_where_each_backend_serves_text_under_its_pool_s_model_
             {"name": "chat-only", "url": "http://127.0.0.1:2", "endpoints": ["chat"]},
             {"name": "vectors", "url": "http://127.0.0.1:3", "endpoints": ["embeddings"]},
         ],
-        pools=[{"model": "qwen", "backends": ["base", "chat-only", "vectors"],
-                "served_names": {"base": "Qwen/Qwen3.6-35B-A3B-FP8"}}],
+        pools=[
+            {
+                "model": "qwen",
+                "backends": ["base", "chat-only", "vectors"],
+                "served_names": {"base": "Qwen/Qwen3.6-35B-A3B-FP8"},
+            }
+        ],
     )
     measurement = Measurement(settings.measurement, settings.backends, None, None)
     probes = decode_probes(settings, MockTransport(_no_answer), measurement, Accounting(Registry(settings)))

@@ -16,8 +16,8 @@ from gateway.api.asgi import http_scope
 from gateway.app import build_app, build_gateway
 from gateway.policy.load import PolicyError
 from gateway.records import BackendSnapshot, Decision, RequestRecord
-from gateway.routing.least_busy import LeastBusyRouter
-from gateway.routing.router import PolicyRouter
+from gateway.routing.pipeline.least_busy import LeastBusyRouter
+from gateway.routing.pipeline.router import PolicyRouter
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.records import BackendSnapshot
-from gateway.routing.least_busy import LeastBusyRouter
+from gateway.routing.pipeline.least_busy import LeastBusyRouter
 
 BODY = {"model": "m", "messages": []}
 

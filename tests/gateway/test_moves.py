@@ -12,11 +12,11 @@ from gateway_fakes import AsgiClient, reliable_dispatcher, settings_for
 
 from gateway.policy.schema import Adaptive
 from gateway.proxy.dispatch import Job
+from gateway.proxy.move_choice import MoveQuestion, Underway
 from gateway.proxy.moves import StreamMoves
 from gateway.proxy.reliability import Reliability
 from gateway.proxy.upstream import MockResponse
 from gateway.records import RequestRecord
-from gateway.routing.moving import MoveQuestion, Underway
 from gateway.stats.measurement import Measurement
 from tests.gateway.test_resume import CHAT, DONE, Backends, chunk, events, text_of, usage
 

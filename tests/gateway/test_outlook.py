@@ -13,7 +13,7 @@ from gateway.backends.registry import Registry, Status
 from gateway.backends.warmup import Warmups
 from gateway.policy.load import PolicyWatcher
 from gateway.proxy.reliability import Reliability
-from gateway.routing.router import PolicyRouter
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.settings import Settings
 
 POLICY = "version: 1\nprofiles:\n  - name: default\n    prefer: [a]\n"

@@ -24,7 +24,7 @@ from gateway.proxy.dispatch import Dispatcher, Job
 from gateway.proxy.reliability import Reliability
 from gateway.proxy.upstream import MockResponse, MockTransport
 from gateway.records import BackendSnapshot
-from gateway.routing.features import TokenEstimator, extract_features
+from gateway.routing.request.features import TokenEstimator, extract_features
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 JSON = {"content-type": "application/json"}
@@ -87,7 +87,7 @@ def test_a_thousand_levels_are_refused_without_recursion() -> None:
     assert problem is not None and problem[1] == "tools"
 
 
-# Every field routing/features.py (and the route) reads, with every wrong type: the door refuses it or
+# Every field routing/request/features.py (and the route) reads, with every wrong type: the door refuses it or
 # the features tolerate it. Never an exception.
 
 WRONG: list[Any] = ["x", "true", None, 0, 7, -1, 1.5, True, [], ["x"], [None], {}, {"a": 1}, nested(300)]

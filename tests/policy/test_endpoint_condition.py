@@ -9,7 +9,7 @@ import pytest
 from gateway.policy.classify import classify
 from gateway.policy.load import PolicyError, load_policy, parse_policy
 from gateway.records import BackendSnapshot
-from gateway.routing.features import TokenEstimator, extract_features
+from gateway.routing.request.features import TokenEstimator, extract_features
 
 AGENTS = Path(__file__).parents[2] / "policies" / "agents.yaml"
 TOOLS = [{"name": "read_file", "description": "read a file", "input_schema": {"type": "object"}}]

@@ -11,7 +11,7 @@ from gateway.policy.classify import classify, classify_explained
 from gateway.policy.load import load_policy
 from gateway.policy.schema import Policy
 from gateway.records import BackendSnapshot, Features
-from gateway.routing.features import TokenEstimator, extract_features
+from gateway.routing.request.features import TokenEstimator, extract_features
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = Policy.model_validate(

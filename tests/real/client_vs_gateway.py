@@ -31,8 +31,9 @@ class Figures:
         return {name: (mine - theirs) / theirs for name, (mine, theirs) in pairs.items()}
 
 
-def gateway_figures(before: Mapping[str, float], after: Mapping[str, float], backend: str,
-                    profile: str = "default") -> Figures:
+def gateway_figures(
+    before: Mapping[str, float], after: Mapping[str, float], backend: str, profile: str = "default"
+) -> Figures:
     labels = f'backend="{backend}",profile="{profile}"'
     ttft_sum, ttft_n = histogram_delta(before, after, "gateway_ttft_seconds", labels)
     itl_sum, itl_n = histogram_delta(before, after, "gateway_itl_seconds", labels)

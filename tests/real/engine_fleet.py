@@ -12,12 +12,27 @@ from llama_process import LlamaServer, start, stop
 
 CONTEXT_SIZE = 2048
 # One slot and one thread each, so the two instances share the two cores without oversubscribing them.
-COMMON_ARGS = ("--ctx-size", str(CONTEXT_SIZE), "--parallel", "1", "--threads", "1", "--threads-batch", "1",
-               "--metrics")
+COMMON_ARGS = (
+    "--ctx-size",
+    str(CONTEXT_SIZE),
+    "--parallel",
+    "1",
+    "--threads",
+    "1",
+    "--threads-batch",
+    "1",
+    "--metrics",
+)
 # Prompt-lookup drafting: look up the last 3 tokens earlier in the context and propose the 8 that followed.
 # The defaults (12 and 48) almost never fire on the short prompts this suite can afford.
-SPECULATIVE_ARGS = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
-                    "--spec-ngram-simple-size-m", "8")
+SPECULATIVE_ARGS = (
+    "--spec-type",
+    "ngram-simple",
+    "--spec-ngram-simple-size-n",
+    "3",
+    "--spec-ngram-simple-size-m",
+    "8",
+)
 
 
 @dataclass(frozen=True)

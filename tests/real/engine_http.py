@@ -67,7 +67,7 @@ def sse_data(body: bytes) -> list[str]:
     for event in sse_events(body):
         for line in event.split("\n"):
             if line.startswith("data: "):
-                payloads.append(line[len("data: "):])
+                payloads.append(line[len("data: ") :])
     return payloads
 
 

@@ -103,8 +103,20 @@ def spec_counters(server: LlamaServer) -> tuple[float, float]:
 
 
 def scenario(url: str, model: str, requests: int) -> dict[str, Any]:
-    cmd = ["spark-gateway", "bench", "scenarios", "--url", url, "--model", model, "--scenario", "tg-c1",
-           "--requests", str(requests), "--json"]
+    cmd = [
+        "spark-gateway",
+        "bench",
+        "scenarios",
+        "--url",
+        url,
+        "--model",
+        model,
+        "--scenario",
+        "tg-c1",
+        "--requests",
+        str(requests),
+        "--json",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, check=True)
     result: dict[str, Any] = json.loads(done.stdout)["results"][0]
     return result
@@ -130,13 +142,36 @@ def run_scenarios(
     return rows
 
 
-def run_benchy(python: Path, tokenizer: Path, corpus_url: str, gateway_url: str, out: Path,
-               runs: int) -> dict[str, Any]:
-    cmd = [str(python.parent / "llama-benchy"), "--base-url", gateway_url + "/v1", "--model", PLAIN_POOL,
-           "--tokenizer", str(tokenizer), "--book-url", corpus_url, "--pp", "128", "--tg", "32",
-           "--runs", str(runs), "--latency-mode", "none", "--format", "json", "--save-result", str(out),
-           # Only the measured requests: no warm-up, prompt adaptation or coherence requests.
-           "--no-warmup", "--no-adapt-prompt", "--skip-coherence"]
+def run_benchy(
+    python: Path, tokenizer: Path, corpus_url: str, gateway_url: str, out: Path, runs: int
+) -> dict[str, Any]:
+    cmd = [
+        str(python.parent / "llama-benchy"),
+        "--base-url",
+        gateway_url + "/v1",
+        "--model",
+        PLAIN_POOL,
+        "--tokenizer",
+        str(tokenizer),
+        "--book-url",
+        corpus_url,
+        "--pp",
+        "128",
+        "--tg",
+        "32",
+        "--runs",
+        str(runs),
+        "--latency-mode",
+        "none",
+        "--format",
+        "json",
+        "--save-result",
+        str(out),
+        # Only the measured requests: no warm-up, prompt adaptation or coherence requests.
+        "--no-warmup",
+        "--no-adapt-prompt",
+        "--skip-coherence",
+    ]
     env = {"HOME": str(out.parent), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     subprocess.run(cmd, check=True, timeout=BENCH_TIMEOUT_S, env=env, stdout=sys.stderr)
     result: dict[str, Any] = json.loads(out.read_text())
@@ -157,8 +192,10 @@ def main() -> int:
         (tmp / "logs").mkdir()
         policy = tmp / "policy.yaml"
         policy.write_text("version: 1\nrouting: static\nprofiles:\n  - name: default\n")
-        with running_pair(build, model, tmp / "logs") as pair, \
-                serving(pair_settings(pair.plain.base_url, pair.speculative.base_url, policy)) as gw:
+        with (
+            running_pair(build, model, tmp / "logs") as pair,
+            serving(pair_settings(pair.plain.base_url, pair.speculative.base_url, policy)) as gw,
+        ):
             wait_until_ready(gw)
             rows = run_scenarios(pair.plain, pair.speculative, gw.url, args.requests)
             with served_corpus(tmp) as corpus_url:
@@ -166,8 +203,12 @@ def main() -> int:
                 benchy = run_benchy(python, tokenizer, corpus_url, gw.url, tmp / "benchy.json", args.requests)
                 recorded = gateway_figures(before, metric_samples(gw.port), PLAIN)
     decode = 1 / recorded.mean_itl_s if recorded.mean_itl_s else None
-    report = {"scenarios": rows, "llama_benchy": benchy, "gateway": recorded.__dict__,
-              "gateway_decode_tok_s": decode}
+    report = {
+        "scenarios": rows,
+        "llama_benchy": benchy,
+        "gateway": recorded.__dict__,
+        "gateway_decode_tok_s": decode,
+    }
     print(json.dumps(report, indent=2))
     return 0
 

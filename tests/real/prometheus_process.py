@@ -66,16 +66,22 @@ def running_prometheus(executable: str, target: str, work_dir: Path) -> Iterator
     config.write_text(CONFIG.format(target=target))
     port = free_port()
     log_path = work_dir / "prometheus.log"
-    cmd = [executable, f"--config.file={config}", f"--storage.tsdb.path={work_dir / 'data'}",
-           f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"]
+    cmd = [
+        executable,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={work_dir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=1h",
+    ]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   preexec_fn=_die_with_parent)
+        process = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not _ready(port):
             if process.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors='replace')[-2000:]
+                tail = log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"prometheus did not start:\n{tail}")
             time.sleep(0.1)
         yield Prometheus(port, log_path)

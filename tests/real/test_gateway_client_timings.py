@@ -37,8 +37,9 @@ def _client_figures(results: list[RequestResult]) -> Figures:
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     itls = [gap for r in ok for gap in r.itls_s]
     tokens = sum(r.output_tokens for r in ok)
-    return Figures(len(ok), statistics.fmean(ttfts), statistics.fmean(itls), tokens,
-                   tokens / sum(r.e2e_s for r in ok))
+    return Figures(
+        len(ok), statistics.fmean(ttfts), statistics.fmean(itls), tokens, tokens / sum(r.e2e_s for r in ok)
+    )
 
 
 def test_client_and_gateway_agree_on_ttft_itl_and_tok_s(pair_gateway: RunningGateway) -> None:

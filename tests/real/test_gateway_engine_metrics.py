@@ -47,8 +47,9 @@ def _through_gateway(gateway: RunningGateway, pool: str, prompt: str) -> dict[st
     return body
 
 
-def test_scraper_reads_the_real_speculative_counters(pair_gateway: RunningGateway,
-                                                    engine_pair: EnginePair) -> None:
+def test_scraper_reads_the_real_speculative_counters(
+    pair_gateway: RunningGateway, engine_pair: EnginePair
+) -> None:
     before = _scrape(engine_pair)
     timings = _through_gateway(pair_gateway, SPEC_POOL, REPETITIVE_PROMPTS[0])["timings"]
     after = _scrape(engine_pair)

@@ -25,24 +25,27 @@ def _text(port: int, prompt: str, max_tokens: int, model: str = "gemma") -> tupl
 
 
 @pytest.mark.parametrize("prompt", [*REPETITIVE_PROMPTS, FREE_PROMPT])
-def test_pinned_pools_give_the_same_greedy_text_on_short_replies(pair_gateway: RunningGateway,
-                                                                  prompt: str) -> None:
+def test_pinned_pools_give_the_same_greedy_text_on_short_replies(
+    pair_gateway: RunningGateway, prompt: str
+) -> None:
     plain, plain_backend = _text(pair_gateway.port, prompt, 24, PLAIN_POOL)
     spec, spec_backend = _text(pair_gateway.port, prompt, 24, SPEC_POOL)
     assert (plain_backend, spec_backend) == (PLAIN, SPEC)
     assert spec == plain
 
 
-def test_the_gateway_returns_each_engines_own_text(pair_gateway: RunningGateway,
-                                                   engine_pair: EnginePair) -> None:
+def test_the_gateway_returns_each_engines_own_text(
+    pair_gateway: RunningGateway, engine_pair: EnginePair
+) -> None:
     for pool, server in ((PLAIN_POOL, engine_pair.plain), (SPEC_POOL, engine_pair.speculative)):
         through, _ = _text(pair_gateway.port, COUNT_PROMPT, 48, pool)
         direct, _ = _text(server.port, COUNT_PROMPT, 48)
         assert through == direct
 
 
-def test_the_near_tie_flip_shows_through_the_gateway(pair_gateway: RunningGateway,
-                                                     engine_pair: EnginePair) -> None:
+def test_the_near_tie_flip_shows_through_the_gateway(
+    pair_gateway: RunningGateway, engine_pair: EnginePair
+) -> None:
     servers = (engine_pair.plain, engine_pair.speculative)
     direct = [_text(server.port, COUNT_PROMPT, 48)[0] for server in servers]
     if direct[0] == direct[1]:

@@ -35,12 +35,20 @@ def _prompt_tokens_total(engine_pair: EnginePair) -> float:
 
 
 def test_streamed_chat_matches_the_non_streamed_answer(client: openai.OpenAI) -> None:
-    plain = client.chat.completions.create(model=PLAIN_POOL, messages=MESSAGES, max_tokens=MAX_TOKENS,
-                                           temperature=0, seed=1)
-    chunks = list(client.chat.completions.create(
-        model=PLAIN_POOL, messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0, seed=1, stream=True,
-        stream_options={"include_usage": True},
-    ))
+    plain = client.chat.completions.create(
+        model=PLAIN_POOL, messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0, seed=1
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model=PLAIN_POOL,
+            messages=MESSAGES,
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            seed=1,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert plain.choices[0].message.content and streamed == plain.choices[0].message.content
     assert chunks[-1].usage is not None and plain.usage is not None
@@ -58,8 +66,11 @@ def test_completions_stream_and_not_through_the_pool(client: openai.OpenAI) -> N
     answer = client.completions.create(model=POOL, prompt="Once upon a time", max_tokens=8, temperature=0)
     assert answer.object == "text_completion" and answer.choices[0].text
     assert answer.usage is not None and 0 < answer.usage.completion_tokens <= 8
-    pieces = list(client.completions.create(model=POOL, prompt="Once upon a time", max_tokens=8,
-                                            temperature=0, stream=True))
+    pieces = list(
+        client.completions.create(
+            model=POOL, prompt="Once upon a time", max_tokens=8, temperature=0, stream=True
+        )
+    )
     assert "".join(p.choices[0].text for p in pieces if p.choices) == answer.choices[0].text
 
 
@@ -69,8 +80,9 @@ def test_responses_name_the_backend_that_served_them(client: openai.OpenAI) -> N
         assert raw.headers["x-gateway-backend"] == backend
 
 
-def test_discovery_reads_the_real_context_and_modalities(pair_gateway: RunningGateway,
-                                                         engine_pair: EnginePair) -> None:
+def test_discovery_reads_the_real_context_and_modalities(
+    pair_gateway: RunningGateway, engine_pair: EnginePair
+) -> None:
     states = backend_states(pair_gateway.port)
     for name in (PLAIN, SPEC):
         assert states[name]["status"] == "ready"
@@ -82,12 +94,14 @@ def test_discovery_reads_the_real_context_and_modalities(pair_gateway: RunningGa
     assert all(card["max_model_len"] == CONTEXT_SIZE for card in cards.values())
 
 
-def test_context_overflow_is_refused_by_the_gateway_estimate(client: openai.OpenAI,
-                                                             engine_pair: EnginePair) -> None:
+def test_context_overflow_is_refused_by_the_gateway_estimate(
+    client: openai.OpenAI, engine_pair: EnginePair
+) -> None:
     before = _prompt_tokens_total(engine_pair)
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=POOL, messages=[{"role": "user", "content": OVERFLOW_TEXT}],
-                                       max_tokens=4)
+        client.chat.completions.create(
+            model=POOL, messages=[{"role": "user", "content": OVERFLOW_TEXT}], max_tokens=4
+        )
     error = caught.value.body
     assert isinstance(error, dict) and error["code"] == "context_length_exceeded"
     assert f"the largest context in pool {POOL} is {CONTEXT_SIZE}" in error["message"]
@@ -96,9 +110,9 @@ def test_context_overflow_is_refused_by_the_gateway_estimate(client: openai.Open
 
 def test_under_estimated_overflow_passes_the_engine_400_through(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=PLAIN_POOL,
-                                       messages=[{"role": "user", "content": UNDER_ESTIMATED_TEXT}],
-                                       max_tokens=4)
+        client.chat.completions.create(
+            model=PLAIN_POOL, messages=[{"role": "user", "content": UNDER_ESTIMATED_TEXT}], max_tokens=4
+        )
     error = caught.value.body
     # The gateway's one error shape, llama-server's own error name as the code and its counts kept.
     assert isinstance(error, dict) and error["type"] == "invalid_request_error"
@@ -107,8 +121,9 @@ def test_under_estimated_overflow_passes_the_engine_400_through(client: openai.O
     assert caught.value.response.headers["x-gateway-backend"] == PLAIN
 
 
-def test_image_to_the_text_only_pool_is_the_gateways_400(client: openai.OpenAI,
-                                                        engine_pair: EnginePair) -> None:
+def test_image_to_the_text_only_pool_is_the_gateways_400(
+    client: openai.OpenAI, engine_pair: EnginePair
+) -> None:
     before = _prompt_tokens_total(engine_pair)
     with pytest.raises(openai.BadRequestError) as caught:
         messages: Any = [{"role": "user", "content": image_content("What is this?")}]

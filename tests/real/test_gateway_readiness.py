@@ -72,8 +72,9 @@ def test_requests_are_routed_only_once_the_engine_has_loaded(
     )
     with serving(settings) as running:
         assert backend_states(running.port)[LATE]["status"] in {"unknown", "starting"}
-        process = _spawn(llama_server_build.binary, ["--model", str(gemma_gguf), *COMMON_ARGS], port,
-                         tmp_path / "late.log")
+        process = _spawn(
+            llama_server_build.binary, ["--model", str(gemma_gguf), *COMMON_ARGS], port, tmp_path / "late.log"
+        )
         watch = Watch(running.port)
         watcher = threading.Thread(target=watch.run, daemon=True)
         watcher.start()

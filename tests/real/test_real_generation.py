@@ -13,8 +13,15 @@ from real_prompts import FREE_PROMPT, chat
 pytestmark = pytest.mark.real
 
 TIMINGS_FIELDS = {
-    "cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
-    "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second",
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
 }
 
 

@@ -49,10 +49,14 @@ def test_spec_counters_move_by_exactly_the_response_timings(spec_engine: LlamaSe
     before = _counters(spec_engine)
     timings = _chat(spec_engine, REPETITIVE_PROMPTS[1])["timings"]
     after = _counters(spec_engine)
-    drafted = after["llamacpp:spec_decode_num_draft_tokens_total"] - before[
-        "llamacpp:spec_decode_num_draft_tokens_total"]
-    accepted = after["llamacpp:spec_decode_num_accepted_tokens_total"] - before[
-        "llamacpp:spec_decode_num_accepted_tokens_total"]
+    drafted = (
+        after["llamacpp:spec_decode_num_draft_tokens_total"]
+        - before["llamacpp:spec_decode_num_draft_tokens_total"]
+    )
+    accepted = (
+        after["llamacpp:spec_decode_num_accepted_tokens_total"]
+        - before["llamacpp:spec_decode_num_accepted_tokens_total"]
+    )
     assert (drafted, accepted) == (timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
     assert after["llamacpp:spec_decode_num_drafts_total"] >= before["llamacpp:spec_decode_num_drafts_total"]
 
@@ -60,8 +64,11 @@ def test_spec_counters_move_by_exactly_the_response_timings(spec_engine: LlamaSe
 def test_per_position_acceptance_appears_after_a_speculative_request(spec_engine: LlamaServer) -> None:
     _chat(spec_engine, REPETITIVE_PROMPTS[2])
     text = get(spec_engine.port, "/metrics").text
-    positions = [line for line in text.splitlines()
-                 if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=")]
+    positions = [
+        line
+        for line in text.splitlines()
+        if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=")
+    ]
     assert positions
     assert positions[0].startswith('llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"}')
 

@@ -1,10 +1,10 @@
-"""The adaptive scorer's pure helpers (routing/adaptive.py): when the winner's prediction beats a holder's
-by more than the tolerance, so measuring the holder with the request is not free."""
+"""The adaptive scorer's pure helpers (routing/adaptive/scorer.py): when the winner's prediction beats a
+holder's by more than the tolerance, so measuring the holder with the request is not free."""
 
 from __future__ import annotations
 
-from gateway.routing.adaptive import _clearly_beaten
-from gateway.routing.verdict import Verdict
+from gateway.routing.adaptive.scorer import _clearly_beaten
+from gateway.routing.adaptive.verdict import Verdict
 
 
 def costs(**values: float) -> Verdict:

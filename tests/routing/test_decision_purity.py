@@ -9,8 +9,8 @@ from typing import Any
 
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, InFlight, Progress, Sample
-from gateway.routing.adaptive import AdaptiveScorer
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.adaptive.scorer import AdaptiveScorer
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import POLICY
 

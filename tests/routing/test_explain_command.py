@@ -14,7 +14,7 @@ import pytest
 from gateway.cli import main
 from gateway.policy.load import load_policy
 from gateway.records import BackendSnapshot
-from gateway.routing.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 
 POLICY = Path(__file__).parents[2] / "policies" / "spark-home.yaml"
 POOL = [

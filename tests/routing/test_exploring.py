@@ -1,15 +1,15 @@
-"""Exploration plans (routing/exploring.py): which backends short of samples hold the device the winner
+"""Exploration plans (routing/explore/plan.py): which backends short of samples hold the device the winner
 would wake, and so are measured by the request itself."""
 
 from __future__ import annotations
 
 from gateway.policy.schema import Adaptive
 from gateway.records import Sample
-from gateway.routing.cells import CellModel, CellView, build_model
-from gateway.routing.exploring import Explorer, probe_measures
-from gateway.routing.harm import DeviceLoad
-from gateway.routing.pacing import ExplorationLedger
-from gateway.routing.slowdown import Slowdown
+from gateway.routing.explore.pacing import ExplorationLedger
+from gateway.routing.explore.plan import Explorer, probe_measures
+from gateway.routing.model.cells import CellModel, CellView, build_model
+from gateway.routing.model.harm import DeviceLoad
+from gateway.routing.slowdown.reading import Slowdown
 
 MEASURED = build_model(
     [Sample(e2e=2.0, ttft=0.2, output_tokens=100, prompt_tokens=500, concurrency=1 + i % 4) for i in range(8)]

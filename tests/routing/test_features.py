@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 from gateway.records import BackendSnapshot
-from gateway.routing.features import (
+from gateway.routing.request.features import (
     DEFAULT_CHARS_PER_TOKEN,
     MEDIA_TOKENS,
     PER_MESSAGE_TOKENS,

@@ -8,10 +8,10 @@ import pytest
 
 from gateway.policy.schema import Profile, Require, Weights
 from gateway.records import BackendSnapshot, Decision, Features
-from gateway.routing.context import RouteContext
-from gateway.routing.filters import DEFAULT_FILTERS
-from gateway.routing.router import schedule
-from gateway.routing.scorers import LoadScorer
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.pipeline.filters import DEFAULT_FILTERS
+from gateway.routing.pipeline.router import schedule
+from gateway.routing.pipeline.scorers import LoadScorer
 
 TEXT = Features(model="pool-m", endpoint="chat", prompt_tokens=1000, max_output_tokens=500)
 IMAGE = replace(TEXT, modalities=frozenset({"text", "image"}))

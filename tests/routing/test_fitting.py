@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.routing.fitting import fit_linear, fit_load
+from gateway.routing.model.fitting import fit_linear, fit_load
 
 
 def test_one_concurrency_level_falls_back_to_the_mean() -> None:

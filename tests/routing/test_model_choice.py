@@ -1,4 +1,4 @@
-"""Which model predicts a backend (routing/model_choice.py): beside a neighbour seen slowed, one not yet
+"""Which model predicts a backend (routing/model/model_choice.py): beside a neighbour seen slowed, one not yet
 measured on the profile borrows that neighbour's model as it was before the slow-down."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from dataclasses import replace
 
 from gateway.policy.schema import Adaptive, Profile, Weights
 from gateway.records import BackendSnapshot, Features, Sample
-from gateway.routing.cells import CellView, ModelCache, build_model
-from gateway.routing.context import RouteContext
-from gateway.routing.engine_slowdowns import EngineSlowdowns
-from gateway.routing.model_choice import ModelChoice
-from gateway.routing.slowdown import Slowdown, scaled
+from gateway.routing.model.cells import CellView, ModelCache, build_model
+from gateway.routing.model.model_choice import ModelChoice
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.slowdown.memory import EngineSlowdowns
+from gateway.routing.slowdown.reading import Slowdown, scaled
 from gateway.stats.live import LiveRecorder
 
 HEALTHY = [

@@ -1,4 +1,4 @@
-"""Which streams under way leave an engine seen slowed (routing/moving.py): those with enough left to write
+"""Which streams under way leave an engine seen slowed (proxy/move_choice.py): those with enough left to write
 that the destination, prefill of what was written included, finishes them sooner, each moved one loading it
 for the next."""
 
@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.proxy.move_choice import (
+    Destination,
+    Underway,
+    moving_off,
+    pace_changes,
+    plan_moves,
+    worth_moving,
+)
 from gateway.records import InFlight, Progress, Sample
-from gateway.routing.cells import build_model
-from gateway.routing.moving import Destination, Underway, moving_off, pace_changes, plan_moves, worth_moving
+from gateway.routing.model.cells import build_model
 from tests.adaptive.routing_loop import decode_samples
 
 

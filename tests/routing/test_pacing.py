@@ -6,8 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.records import ExplorationPlan
-from gateway.routing.cells import MIN_SAMPLES
-from gateway.routing.pacing import (
+from gateway.routing.explore.pacing import (
     MAX_EPSILON,
     Age,
     Exploration,
@@ -16,6 +15,7 @@ from gateway.routing.pacing import (
     plan_refresh,
     stale_reason,
 )
+from gateway.routing.model.cells import MIN_SAMPLES
 
 
 def pick_exploration(

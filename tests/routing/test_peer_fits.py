@@ -1,13 +1,13 @@
-"""routing/peers.py on plain data: a fit carried beyond the loads it measured, and which peer lends."""
+"""routing/model/peers.py on plain data: a fit carried beyond the loads it measured, and which peer lends."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.routing.cells import CellModel
-from gateway.routing.fitting import Fit
-from gateway.routing.harm import DeviceLoad
-from gateway.routing.peers import borrowed_from_peers, carried, decodes_slower, widest
+from gateway.routing.model.cells import CellModel
+from gateway.routing.model.fitting import Fit
+from gateway.routing.model.harm import DeviceLoad
+from gateway.routing.model.peers import borrowed_from_peers, carried, decodes_slower, widest
 
 ONE_LOAD = Fit(intercept=0.040, slope=0.0, low_c=1, floor=0.040, high_c=1)  # measured at c = 1 only
 WIDE = Fit(intercept=0.018, slope=0.002, low_c=1, floor=0.020, high_c=16)  # 20 ms alone, 50 ms at 16

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.routing.picker import pick
+from gateway.routing.pipeline.picker import pick
 
 
 def test_weighted_sum_ranks_best_first() -> None:

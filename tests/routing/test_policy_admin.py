@@ -13,7 +13,7 @@ from gateway.api.asgi import http_scope
 from gateway.api.policy_admin import policy_admin_routes
 from gateway.policy.load import PolicyWatcher
 from gateway.records import BackendSnapshot
-from gateway.routing.router import PolicyRouter
+from gateway.routing.pipeline.router import PolicyRouter
 
 GOOD = "version: 1\nprofiles:\n  - name: default\n    prefer: [b]\n"
 POOL = [BackendSnapshot("a"), BackendSnapshot("b")]

@@ -10,9 +10,9 @@ import pytest
 from gateway.backends.engine_metrics import EngineMetrics
 from gateway.backends.scraper import ScrapeResult, hint_from_scrape
 from gateway.records import EngineHint, Sample
-from gateway.routing.cells import ModelCache, build_model
-from gateway.routing.harm import DeviceLoad
-from gateway.routing.predict import predict, predict_with_model, rank
+from gateway.routing.model.cells import ModelCache, build_model
+from gateway.routing.model.harm import DeviceLoad
+from gateway.routing.model.predict import predict, predict_with_model, rank
 from gateway.stats.live import LiveRecorder
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.routing.fitting import fit_load
-from gateway.routing.regime import current_regime, fit_current, regimes
+from gateway.routing.model.fitting import fit_load
+from gateway.routing.model.regime import current_regime, fit_current, regimes
 
 
 def test_a_fit_restarts_when_the_newest_points_all_differ_from_the_rest() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.records import BackendSnapshot
 from gateway.repetition import MAX_CHARS, prompt_repetition
-from gateway.routing.features import TokenEstimator, extract_features
+from gateway.routing.request.features import TokenEstimator, extract_features
 
 NOVEL = " ".join(f"w{i}" for i in range(400))  # 397 distinct 4-grams
 

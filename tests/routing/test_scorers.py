@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gateway.policy.schema import Profile, Weights
 from gateway.records import BackendSnapshot, Features
-from gateway.routing.context import RouteContext
-from gateway.routing.scorers import LoadScorer, PreferenceScorer
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.pipeline.scorers import LoadScorer, PreferenceScorer
 
 FEATURES = Features(model="m", endpoint="chat", prompt_tokens=10, max_output_tokens=10)
 

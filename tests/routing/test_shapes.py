@@ -1,12 +1,13 @@
-"""Prompt-token estimates of the agent APIs' shapes (routing/shapes.py via routing/features.py): every
-field the engine renders into the prompt counts, media count as media, chat is counted as before."""
+"""Prompt-token estimates of the agent APIs' shapes (routing/request/shapes.py via
+routing/request/features.py): every field the engine renders into the prompt counts, media count as media,
+chat is counted as before."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gateway.records import BackendSnapshot
-from gateway.routing.features import MEDIA_TOKENS, TokenEstimator, content_size, extract_features
+from gateway.routing.request.features import MEDIA_TOKENS, TokenEstimator, content_size, extract_features
 
 POOL = [BackendSnapshot("a")]
 TEXT = "x" * 400  # 100 tokens at the default 4 characters per token

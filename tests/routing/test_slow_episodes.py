@@ -1,14 +1,14 @@
-"""Slow-down episodes (routing/slow_episodes.py): how long an engine stays suspect after its live reading
+"""Slow-down episodes (routing/slowdown/episodes.py): how long an engine stays suspect after its live reading
 lapses, which cells were measured mostly before it slowed, and how one reading follows another."""
 
 from __future__ import annotations
 
 from gateway.policy.schema import Adaptive
 from gateway.records import Sample
-from gateway.routing.cells import ModelCache
-from gateway.routing.engine_slowdowns import EngineSlowdowns
-from gateway.routing.slow_episodes import Episode, next_episode
-from gateway.routing.slowdown import Slowdown
+from gateway.routing.model.cells import ModelCache
+from gateway.routing.slowdown.episodes import Episode, next_episode
+from gateway.routing.slowdown.memory import EngineSlowdowns
+from gateway.routing.slowdown.reading import Slowdown
 from gateway.stats.live import LiveRecorder
 
 SLOWED = Slowdown(live=2.5, evidence=6, slow=6)

@@ -1,5 +1,6 @@
-"""The engine-wide slow-down factor (routing/slowdown.py): robust evidence from requests in flight, contention
-that the device share explains not counted, and one profile's shift applied to the cells that predate it."""
+"""The engine-wide slow-down factor (routing/slowdown/reading.py): robust evidence from requests in flight,
+contention that the device share explains not counted, and one profile's shift applied to the cells that
+predate it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from gateway.records import InFlight, Progress, Sample
-from gateway.routing.cells import CellModel, build_model
-from gateway.routing.regime import expect
-from gateway.routing.slowdown import (
+from gateway.routing.model.cells import CellModel, build_model
+from gateway.routing.model.regime import expect
+from gateway.routing.slowdown.reading import (
     MAX_ARRIVALS,
     MIN_FRAMES,
     DecodePace,
@@ -31,14 +32,25 @@ def stream_samples(itl: float, n: int = 12, shared: bool = False) -> list[Sample
     for i in range(n):
         c, z = 1 + i % 8, 1.0 if shared and i % 3 else 0.0
         gap = (itl + 0.001 * c) * (1.0 + 0.8 * z)
-        out.append(Sample(e2e=0.2 + 99 * gap, ttft=0.2, output_tokens=100, prompt_tokens=500, concurrency=c,
-                          mean_itl=gap, device_share=z))
+        out.append(
+            Sample(
+                e2e=0.2 + 99 * gap,
+                ttft=0.2,
+                output_tokens=100,
+                prompt_tokens=500,
+                concurrency=c,
+                mean_itl=gap,
+                device_share=z,
+            )
+        )
     return out
 
 
 def streaming(gap: float, n: int, c: int = 2, share: float = 0.0) -> list[InFlight]:
-    return [InFlight("chat", c, True, 3.0, share, first_content_s=0.2, frames=40, recent_itl_s=gap)
-            for _ in range(n)]
+    return [
+        InFlight("chat", c, True, 3.0, share, first_content_s=0.2, frames=40, recent_itl_s=gap)
+        for _ in range(n)
+    ]
 
 
 def slowdown(samples: list[Sample], requests: list[InFlight]) -> float:
@@ -331,8 +343,16 @@ def test_the_decode_pace_is_fitted_at_the_load_streams_decoded_at_not_the_one_th
     # Fitted at their dispatch they read 2-2.7x slow as the newest finished (four of them), made a regime
     # change of 2.2x (six), and kept the next burst's streams at 1.5x slowed (ten).
     def stream(c: int, life: float, gap: float) -> Sample:
-        return Sample(e2e=0.2 + 255 * gap, ttft=0.2, output_tokens=256, prompt_tokens=2048, concurrency=c,
-                      mean_itl=gap, trimmed_itl=gap, mean_load=life)
+        return Sample(
+            e2e=0.2 + 255 * gap,
+            ttft=0.2,
+            output_tokens=256,
+            prompt_tokens=2048,
+            concurrency=c,
+            mean_itl=gap,
+            trimmed_itl=gap,
+            mean_load=life,
+        )
 
     measured = [stream(2, 2.0, 0.045) for _ in range(10)] + [stream(16, 16.0, 0.109) for _ in range(10)]
 
@@ -351,16 +371,26 @@ def test_a_load_reached_by_one_stream_at_the_top_of_the_fit_is_not_one_its_strea
     # them puts 0.107 s at three. A stream there at 0.164, twice its own early pace, read 1.5x on it; the
     # fit does not reach three, and its own pace says 2x.
     def stream(c: int, gap: float) -> Sample:
-        return Sample(e2e=0.2 + 255 * gap, ttft=0.2, output_tokens=256, prompt_tokens=512, concurrency=c,
-                      mean_itl=gap, trimmed_itl=gap, mean_load=float(c))
+        return Sample(
+            e2e=0.2 + 255 * gap,
+            ttft=0.2,
+            output_tokens=256,
+            prompt_tokens=512,
+            concurrency=c,
+            mean_itl=gap,
+            trimmed_itl=gap,
+            mean_load=float(c),
+        )
 
     samples = [stream(1, 0.040) for _ in range(6)] + [stream(4, 0.140)]
     pace = decode_pace(samples)
     assert not pace.covers(3, 0.0) and pace.covers(1, 0.0)
-    throttled = InFlight("chat", 3, True, 21.0, first_content_s=5.0, frames=102, recent_itl_s=0.164,
-                         early_itl_s=0.082)
-    assert live_ratios(Progress(3, (throttled,)), lambda p: build_model(samples), lambda p: pace, 1.0,
-                       min_samples=5) == [pytest.approx(2.0, rel=0.01)]
+    throttled = InFlight(
+        "chat", 3, True, 21.0, first_content_s=5.0, frames=102, recent_itl_s=0.164, early_itl_s=0.082
+    )
+    assert live_ratios(
+        Progress(3, (throttled,)), lambda p: build_model(samples), lambda p: pace, 1.0, min_samples=5
+    ) == [pytest.approx(2.0, rel=0.01)]
 
 
 def test_streams_spread_over_the_loads_reach_the_top_one() -> None:

@@ -11,12 +11,12 @@ from gateway.commands.explain import render
 from gateway.policy.load import PolicyError, parse_policy
 from gateway.policy.schema import Profile, Weights
 from gateway.records import BackendSnapshot, Features
-from gateway.routing.context import RouteContext
-from gateway.routing.filters import DEFAULT_FILTERS
-from gateway.routing.least_busy import LeastBusyRouter
-from gateway.routing.router import FixedPolicy, PolicyRouter, schedule
-from gateway.routing.scorers import Assessment
-from gateway.routing.spill import saturation
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.pipeline.filters import DEFAULT_FILTERS
+from gateway.routing.pipeline.least_busy import LeastBusyRouter
+from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter, schedule
+from gateway.routing.pipeline.scorers import Assessment
+from gateway.routing.pipeline.spill import saturation
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64}
 
@@ -182,7 +182,7 @@ def test_a_learned_limit_judges_each_request_on_the_live_count_not_on_a_stale_qu
 
 
 def test_a_burst_spills_as_it_arrives_once_the_limits_are_known() -> None:
-    from gateway.routing.spill import spill
+    from gateway.routing.pipeline.spill import spill
 
     inflight = {"a": 0, "b": 0}
     for _ in range(40):  # forty requests routed at once, before any scrape: only live counts move

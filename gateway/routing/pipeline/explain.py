@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.records import Decision, Features
-from gateway.routing.context import RouteContext
-from gateway.routing.features import needed_tokens
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.request.features import needed_tokens
 
 if TYPE_CHECKING:  # only for annotations: keeps routing importable without the policy loader
     from gateway.policy.classify import Classification

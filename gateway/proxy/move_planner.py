@@ -1,5 +1,5 @@
 """Which streams under way leave an engine seen slowed: the live windows and requests in flight read for
-routing/moving.py's pure decisions, every second the stream mover asks (proxy/moves.py), off the path of
+proxy/move_choice.py's pure decisions, every second the stream mover asks (proxy/moves.py), off the path of
 any request.
 
 The reading is the mover's own: fits of its own and a view of the requests in flight that keeps no
@@ -13,10 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from gateway.records import BackendSnapshot
-from gateway.routing.cells import CellModel, ModelCache, Windows
-from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
-from gateway.routing.moving import (
+from gateway.proxy.move_choice import (
     Destination,
     MoveQuestion,
     Underway,
@@ -25,8 +22,11 @@ from gateway.routing.moving import (
     pace_changes,
     plan_moves,
 )
-from gateway.routing.predict import PredictConfig
-from gateway.routing.slowdown import scaled
+from gateway.records import BackendSnapshot
+from gateway.routing.model.cells import CellModel, ModelCache, Windows
+from gateway.routing.model.predict import PredictConfig
+from gateway.routing.slowdown.memory import EngineSlowdowns, InFlightProgress
+from gateway.routing.slowdown.reading import scaled
 
 
 class SlowedEngineMoves:
@@ -45,7 +45,7 @@ class SlowedEngineMoves:
         self._peeks = EngineSlowdowns(windows, ModelCache(windows.max_cells), peek)
 
     def moves(self, question: MoveQuestion) -> list[bool]:
-        """Which of the question's streams to finish on its destination now (routing/moving.py): none
+        """Which of the question's streams to finish on its destination now (proxy/move_choice.py): none
         unless their engine is seen slowed beyond doubt, as of now (a closed loop of users all waiting
         on it makes no decision to read it in)."""
         backend, profile, streams, to = question.backend, question.profile, question.streams, question.to

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gateway.records import ExplorationPlan
-from gateway.routing.cells import MIN_SAMPLES, CellView, repetitive
+from gateway.routing.model.cells import MIN_SAMPLES, CellView, repetitive
 
 if TYPE_CHECKING:  # annotations only: the policy schema imports the routing library's pacing
     from gateway.policy.schema import Adaptive

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from gateway.records import BackendSnapshot, Refusal
 from gateway.records.endpoints import ENDPOINT_PATHS
-from gateway.routing.context import RouteContext
-from gateway.routing.features import DEFAULT_OUTPUT_TOKENS, needed_tokens
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.request.features import DEFAULT_OUTPUT_TOKENS, needed_tokens
 
 Reject = Callable[[RouteContext, BackendSnapshot], str | None]  # why the backend is out, or None
 Refuse = Callable[[RouteContext, Sequence[BackendSnapshot]], Refusal]  # when this filter left none

@@ -14,7 +14,7 @@ measured peer every later request of the burst until those answers came back: on
 16 closed-loop users on the slower engine for the length of a 512-token answer.
 
 Only a backend with its device to itself borrows: beside a busy neighbour, a request costs that neighbour
-contention the peer's fit never saw, and the shared-device rules (routing/shared_device.py) need the
+contention the peer's fit never saw, and the shared-device rules (routing/model/shared_device.py) need the
 backend's own steady state. Such a backend, measured on other profiles, takes the peer's model of this one
 scaled by how much slower it decodes than the peer (`decode_ratio`; model_choice.ModelChoice.relative).
 """
@@ -25,12 +25,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gateway.routing.cells import CellModel
-from gateway.routing.fitting import Fit
-from gateway.routing.harm import DeviceLoad
+from gateway.routing.model.cells import CellModel
+from gateway.routing.model.fitting import Fit
+from gateway.routing.model.harm import DeviceLoad
 
 # How much of the prefer order a levelled prior keeps: enough to break a tie of load, far less than one
-# request in flight more weighs in the load score (routing/scorers.py, 1 / (1 + in-flight)).
+# request in flight more weighs in the load score (routing/pipeline/scorers.py, 1 / (1 + in-flight)).
 TIE_BREAK = 1e-3
 # The preferred backend's requests in flight from which an unmeasured profile's prior is levelled: a batch.
 LEVEL_FROM_INFLIGHT = 2
@@ -40,7 +40,7 @@ LEVEL_FROM_INFLIGHT = 2
 class Borrowed:
     peer: str
     model: CellModel  # the peer's model of this profile
-    # The peer's all-profile model: how a request slows the batch it joins (routing/harm.py).
+    # The peer's all-profile model: how a request slows the batch it joins (routing/model/harm.py).
     engine: CellModel
 
     def alone(self, me: DeviceLoad) -> list[DeviceLoad]:

@@ -71,9 +71,9 @@ from dataclasses import dataclass, replace
 from itertools import zip_longest
 
 from gateway.records import InFlight, Progress, Sample
-from gateway.routing.cells import CellModel
-from gateway.routing.fitting import Fit, LoadPoint, fit_load
-from gateway.routing.regime import CHANGE_RUN, SHARE_MARGIN, expect, regime_shift, regimes
+from gateway.routing.model.cells import CellModel
+from gateway.routing.model.fitting import Fit, LoadPoint, fit_load
+from gateway.routing.model.regime import CHANGE_RUN, SHARE_MARGIN, expect, regime_shift, regimes
 
 # Ratios the live factor needs: fewer could be one odd request and its neighbours' noise.
 MIN_EVIDENCE = 5

@@ -1,5 +1,5 @@
 """From each backend's predicted objective to its score in [0, 1] and the reason, pure on plain data: the
-last step of the adaptive scorer (routing/adaptive.py, whose docstring gives the whole formula).
+last step of the adaptive scorer (routing/adaptive/scorer.py, whose docstring gives the whole formula).
 
 The objective is taken per successful request (a backend failing requests costs more per success), every
 prediction is compared with the best one, and the relative gap maps linearly onto the score: the best
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.records import ExplorationPlan
-from gateway.routing.pacing import Exploration
-from gateway.routing.predict import Prediction
+from gateway.routing.explore.pacing import Exploration
+from gateway.routing.model.predict import Prediction
 
 KNOWN_FLOOR = 0.25  # the lowest score of a backend with a prediction
 UNKNOWN_WEIGHT = 0.2  # a backend without one scores prior x this: always below every prediction

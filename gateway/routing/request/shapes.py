@@ -1,4 +1,4 @@
-"""Prompt size of the request shapes beyond chat and completions, for routing/features.py's estimate.
+"""Prompt size of the request shapes beyond chat and completions, for routing/request/features.py's estimate.
 
 Agent clients speak other APIs than chat, and their prompts sit in other fields:
 - Anthropic Messages (and its count_tokens): `system` (a string or text blocks), content blocks in

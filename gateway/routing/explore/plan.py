@@ -66,11 +66,8 @@ from dataclasses import dataclass, replace
 
 from gateway.policy.schema import Adaptive
 from gateway.records import ExplorationPlan
-from gateway.routing.cells import CellView, repetitive
-from gateway.routing.context import RouteContext
-from gateway.routing.engine_slowdowns import EngineSlowdowns
-from gateway.routing.harm import DeviceLoad
-from gateway.routing.pacing import (
+from gateway.routing.adaptive.verdict import Verdict
+from gateway.routing.explore.pacing import (
     MAX_EPSILON,
     Age,
     Exploration,
@@ -80,8 +77,11 @@ from gateway.routing.pacing import (
     plan_refresh,
     stale_reason,
 )
-from gateway.routing.shared_device import contended, holding, queue_share, spreads
-from gateway.routing.verdict import Verdict
+from gateway.routing.model.cells import CellView, repetitive
+from gateway.routing.model.harm import DeviceLoad
+from gateway.routing.model.shared_device import contended, holding, queue_share, spreads
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.slowdown.memory import EngineSlowdowns
 
 Planned = tuple[Exploration | None, ExplorationPlan]  # what it explores, if any; what booking it applies
 

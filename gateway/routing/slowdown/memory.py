@@ -1,5 +1,5 @@
-"""Each backend's engine-wide slow-down (routing/slowdown.py has the pure reading), kept as a memory that
-the producer side writes and the decisions only read.
+"""Each backend's engine-wide slow-down (routing/slowdown/reading.py has the pure reading), kept as a memory
+that the producer side writes and the decisions only read.
 
 `refresh` takes a reading of a backend's requests in flight at the windows' clock (once per clock reading,
 the first profile asked for leading) and remembers it, with its episode (slow_episodes.py): the router
@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 from gateway.policy.schema import Adaptive
 from gateway.records import Progress, Sample
-from gateway.routing.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
-from gateway.routing.slow_episodes import Episode, next_episode, starts
-from gateway.routing.slowdown import DecodePace, Slowdown, decode_pace, engine_slowdown, live_ratios
+from gateway.routing.model.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
+from gateway.routing.slowdown.episodes import Episode, next_episode, starts
+from gateway.routing.slowdown.reading import DecodePace, Slowdown, decode_pace, engine_slowdown, live_ratios
 
 # A backend's requests in flight as far as each has gone (stats/progress.py).
 InFlightProgress = Callable[[str], Progress]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.routing.fitting import Fit, LoadPoint, LoadSums, fit_load
+from gateway.routing.model.fitting import Fit, LoadPoint, LoadSums, fit_load
 
 # The newest points that must all differ from the fit of the older ones: fewer could be a burst of noise,
 # and each one more is a request served at the old, wrong prediction.

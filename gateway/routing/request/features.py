@@ -18,7 +18,7 @@ import orjson
 from gateway.records import BackendSnapshot, Features
 from gateway.records.endpoints import ENDPOINTS
 from gateway.repetition import prompt_repetition
-from gateway.routing.shapes import block_chars, shape_size
+from gateway.routing.request.shapes import block_chars, shape_size
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
 # Fixed token costs of non-text parts. A 1024x1024 image is ~1k tokens on Qwen-VL style encoders; video

@@ -1,15 +1,15 @@
 """Predict how a request would fare on a backend at the load it would join, from that cell's model.
 
-Pure functions on plain data (no I/O, no clocks): the caller passes the cell's model (routing/cells.py),
-the backend's in-flight count, its device (routing/harm.py) and, optionally, the engine's own report
+Pure functions on plain data (no I/O, no clocks): the caller passes the cell's model (routing/model/cells.py),
+the backend's in-flight count, its device (routing/model/harm.py) and, optionally, the engine's own report
 (records.EngineHint). Formulas (docs/measurement.md, section 5):
 
 - c = inflight + 1 (the backend's own load this request would join); z = 1 when another backend sharing
   its device has requests in flight, else 0 (a busy neighbour's weights are read every step whatever its
   batch, so on a memory-bound device it is *whether* it is busy that slows this backend, not how busy).
-- TTFT(c, z) and TPOT(c, z) from the cell's fits (routing/fitting.py, routing/regime.py). Fewer than
-  `min_samples` successful samples: no prediction.
-- Objective, with the harm to the device's in-flight requests (routing/harm.py) added as time: ttft ->
+- TTFT(c, z) and TPOT(c, z) from the cell's fits (routing/model/fitting.py, routing/model/regime.py). Fewer
+  than `min_samples` successful samples: no prediction.
+- Objective, with the harm to the device's in-flight requests (routing/model/harm.py) added as time: ttft ->
   TTFT + harm; e2e -> TTFT + out * TPOT + harm; tokens_per_second -> out / (out * TPOT + harm), higher is
   better (see `_objective_value`).
 - Engine hint: fresh report with requests waiting -> TTFT += waiting * mean e2e / max(running, 1) (a slot
@@ -25,9 +25,9 @@ from typing import assert_never
 
 from gateway.policy.schema import Objective
 from gateway.records import EngineHint, Sample
-from gateway.routing.cells import MIN_SAMPLES, CellModel, build_model
-from gateway.routing.features import DEFAULT_OUTPUT_TOKENS
-from gateway.routing.harm import DeviceLoad, busy_extension, device_harm
+from gateway.routing.model.cells import MIN_SAMPLES, CellModel, build_model
+from gateway.routing.model.harm import DeviceLoad, busy_extension, device_harm
+from gateway.routing.request.features import DEFAULT_OUTPUT_TOKENS
 
 
 @dataclass(frozen=True, slots=True)

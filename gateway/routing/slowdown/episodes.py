@@ -1,19 +1,18 @@
 """What is remembered of an engine's slow-down after its live reading lapses (docs/measurement.md,
 section 8). Pure, on plain data.
 
-A slow-down is read live from requests against fits made before it (routing/slowdown.py). Once the fits
-of the profiles the engine kept serving have taken the slow answers in, its requests read on them and the
-factor falls back to 1, though the engine never recovered. Two things then go wrong on their own: the
-prefer order trusts the engine again, and a profile it has not served since it slowed is predicted by a
-fit of its healthy days (a throttled q475-dflash took a whole phase of single-user requests at its
-pre-throttle pace, each twice as long as on its neighbour). So an episode remembers, from the first
-reading of a slow-down: its newest factor and when it was last seen, and each profile's newest sample
-when it began. For the policy's refresh bound or the windows' span after it was last seen, the longer,
-the engine is still suspect (the prior demotes it): while the windows may hold answers of its healthy
-days, those would vouch for it. A cell is scaled by the remembered factor while most of its samples are
-from before, however long ago that was: time alone does not undo a throttle, and the cell's own answers
-since do, once they outnumber the old. One measured mostly since reads its own answers, slow ones
-included.
+A slow-down is read live from requests against fits made before it (routing/slowdown/reading.py). Once the
+fits of the profiles the engine kept serving have taken the slow answers in, its requests read on them and the
+factor falls back to 1, though the engine never recovered. Two things then go wrong on their own: the prefer
+order trusts the engine again, and a profile it has not served since it slowed is predicted by a fit of its
+healthy days (a throttled q475-dflash took a whole phase of single-user requests at its pre-throttle pace,
+each twice as long as on its neighbour). So an episode remembers, from the first reading of a slow-down: its
+newest factor and when it was last seen, and each profile's newest sample when it began. For the policy's
+refresh bound or the windows' span after it was last seen, the longer, the engine is still suspect (the prior
+demotes it): while the windows may hold answers of its healthy days, those would vouch for it. A cell is
+scaled by the remembered factor while most of its samples are from before, however long ago that was: time
+alone does not undo a throttle, and the cell's own answers since do, once they outnumber the old. One measured
+mostly since reads its own answers, slow ones included.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.records import Sample
-from gateway.routing.slowdown import Slowdown
+from gateway.routing.slowdown.reading import Slowdown
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.records import BackendSnapshot, ExplorationPlan
-from gateway.routing.context import RouteContext
+from gateway.routing.pipeline.context import RouteContext
 
 
 class Scorer(Protocol):

@@ -1,6 +1,6 @@
 """The adaptive objective scorer: rank backends by the predicted outcome of this request, from live samples.
 
-For every eligible backend, routing/predict.py predicts the profile's objective at the load the request
+For every eligible backend, routing/model/predict.py predicts the profile's objective at the load the request
 would join (c = its own in-flight + 1, counted from dispatch, so a burst of arrivals sees each earlier one
 and the router does not herd; and whether another backend of its device is busy): TTFT for `ttft`, TTFT +
 requested output tokens x TPOT for `e2e`, 1 / TPOT for `tokens_per_second`. A request also slows down the
@@ -40,21 +40,20 @@ Scores are then normalised across candidates:
 
 The prior is the policy's `prefer` order (the preference scorer's formula): with no predictions at all the
 scores *are* the prior, so a fresh gateway routes like the static policy and measurements take over cell by
-cell. An engine seen slower than its own fits by more than `tolerance` (routing/slowdown.py), now or within
-`refresh_s` or the windows' span, the longer (routing/slow_episodes.py), is ranked after the others in the
-prior (verdict.demoted): the prefer order speaks of healthy engines, and a profile never measured would
-otherwise follow it onto a throttled one. `tolerance` keeps noise from flipping decisions: a 5 % gap moves
-the score by 0.15, not by 1. A backend whose cell is still under min_samples may be predicted
-with a borrowed model (routing/model_choice.py: the peer's model times its decode ratio beside a neighbour,
-its all-profile fit for decode speed, each only where it measured the request's content). Still short, a
-backend alone on its device is predicted with its best-measured peer's model at its own load
-(routing/peers.py): not measured is not slower, so it takes load as least-in-flight would until its own
-min_samples answers speak for it. With no
-backend measured at all and the preferred one running a batch, the backends alone on their devices have their
-prior levelled (peers.levelled_prior): load ranks them, the prefer order breaks ties, so a burst on a fresh
-profile is not all sent where the prefer order points.
+cell. An engine seen slower than its own fits by more than `tolerance` (routing/slowdown/reading.py), now or
+within `refresh_s` or the windows' span, the longer (routing/slowdown/episodes.py), is ranked after the others
+in the prior (verdict.demoted): the prefer order speaks of healthy engines, and a profile never measured would
+otherwise follow it onto a throttled one. `tolerance` keeps noise from flipping decisions: a 5 % gap moves the
+score by 0.15, not by 1. A backend whose cell is still under min_samples may be predicted with a borrowed
+model (routing/model/model_choice.py: the peer's model times its decode ratio beside a neighbour, its
+all-profile fit for decode speed, each only where it measured the request's content). Still short, a backend
+alone on its device is predicted with its best-measured peer's model at its own load (routing/model/peers.py):
+not measured is not slower, so it takes load as least-in-flight would until its own min_samples answers speak
+for it. With no backend measured at all and the preferred one running a batch, the backends alone on their
+devices have their prior levelled (peers.levelled_prior): load ranks them, the prefer order breaks ties, so a
+burst on a fresh profile is not all sent where the prefer order points.
 
-Exploration (routing/exploring.py): while some backend other than the predicted winner is short of
+Exploration (routing/explore/plan.py): while some backend other than the predicted winner is short of
 min_samples for the profile, a paced share epsilon of its requests measures the least measured of them,
 less often where it would slow a busy neighbour, and every request while the answers it gave so far
 predict this one better than the winner (`_promising`: measuring it is expected to cost nothing); and
@@ -62,13 +61,13 @@ never blind: a cell past its age bound, or measured before another backend chang
 at once.
 
 Streams already running on an engine seen slowed beyond doubt (every stream it decodes slower than its
-fits, since it changed pace under way: routing/moving.py `moving_off`) are weighed too:
-`AdaptiveScorer.mover` (routing/slowed_moves.py) says which of them the engine their request fails over
-to would finish sooner, prefill of what they wrote included, and proxy/moves.py cuts those and has them
-continued there (proxy/resume.py).
+fits, since it changed pace under way: proxy/move_choice.py `moving_off`) are weighed too:
+the stream mover's planner (proxy/move_planner.py, reading `slowdowns`) says which of them the engine their
+request fails over to would finish sooner, prefill of what they wrote included, and proxy/moves.py cuts those
+and has them continued there (proxy/resume.py).
 
 Scoring changes no state: the slow-down memory it reads is written before, by `AdaptiveScorer.refresh`
-(the router's producer step, routing/engine_slowdowns.py), and a decision carries its exploration as a
+(the router's producer step, routing/slowdown/memory.py), and a decision carries its exploration as a
 plan (the credit the request adds, the backend it explores), which `AdaptiveScorer.book` applies when the
 dispatcher sends the request, so an explanation (the same `decide`) or a request that is refused or never
 sent spends nothing, and an exploration counts only if the request really went there. The caches it
@@ -77,10 +76,10 @@ The knobs (min_samples, explore_epsilon, tolerance, contended_share) are
 the policy's `adaptive` block (with refresh_requests and refresh_s), read per request, so a reload
 applies to the next one.
 
-routing/verdict.py is the pure part (predictions in, scores and reasons out); `AdaptiveScorer` gathers
-its inputs (cached fits over the caller's windows, the engine hints it is handed) and is the router's
-objective scorer (scorers.CandidateScorer, named "objective"): evaluated once per request, over the
-backends that serve now and those that could serve once back.
+routing/adaptive/verdict.py is the pure part (predictions in, scores and reasons out); `AdaptiveScorer`
+gathers its inputs (cached fits over the caller's windows, the engine hints it is handed) and is the router's
+objective scorer (scorers.CandidateScorer, named "objective"): evaluated once per request, over the backends
+that serve now and those that could serve once back.
 """
 
 from __future__ import annotations
@@ -92,14 +91,13 @@ from typing import Any
 
 from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
-from gateway.routing.cells import CellModel, CellView, ModelCache, Windows
-from gateway.routing.context import RouteContext
-from gateway.routing.engine_slowdowns import EngineSlowdowns, InFlightProgress
-from gateway.routing.exploring import Explorer, probe_instead, probe_measures
-from gateway.routing.harm import DeviceLoad
-from gateway.routing.model_choice import ModelChoice, loads_met, own_content
-from gateway.routing.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
-from gateway.routing.peers import (
+from gateway.routing.adaptive.verdict import Verdict, demoted, effective_value, verdict
+from gateway.routing.explore.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
+from gateway.routing.explore.plan import Explorer, probe_instead, probe_measures
+from gateway.routing.model.cells import CellModel, CellView, ModelCache, Windows
+from gateway.routing.model.harm import DeviceLoad
+from gateway.routing.model.model_choice import ModelChoice, loads_met, own_content
+from gateway.routing.model.peers import (
     Borrowed,
     borrowed_from_peers,
     carried_model,
@@ -107,9 +105,8 @@ from gateway.routing.peers import (
     levelled_prior,
     widest,
 )
-from gateway.routing.predict import PredictConfig, Prediction, blended, predict_with_model
-from gateway.routing.scorers import Assessment, PreferenceScorer
-from gateway.routing.shared_device import (
+from gateway.routing.model.predict import PredictConfig, Prediction, blended, predict_with_model
+from gateway.routing.model.shared_device import (
     beats,
     charged,
     claims,
@@ -118,9 +115,10 @@ from gateway.routing.shared_device import (
     holders,
     steady_states,
 )
-from gateway.routing.slowed_moves import SlowedEngineMoves
-from gateway.routing.spill import capacity
-from gateway.routing.verdict import Verdict, demoted, effective_value, verdict
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.pipeline.scorers import Assessment, PreferenceScorer
+from gateway.routing.pipeline.spill import capacity
+from gateway.routing.slowdown.memory import EngineSlowdowns, InFlightProgress
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
 EngineHints = Callable[[str], EngineHint | None]
@@ -149,7 +147,6 @@ class AdaptiveScorer:
         explore: bool = True,
         progress: InFlightProgress | None = None,
         probes: bool = False,
-        peek: InFlightProgress | None = None,
     ) -> None:
         self.windows = windows
         self.hints = hints
@@ -159,9 +156,6 @@ class AdaptiveScorer:
         # under way (also read by `_prediction` and the Explorer: `slowdowns`).
         self.models = ModelChoice(windows, self.cache, EngineSlowdowns(windows, self.cache, progress))
         self.devices = dict(devices or {})  # backend -> shared device; absent: a device of its own
-        # The stream mover's planner, through `peek` (the same requests in flight, looked at without the
-        # device-time readings a view keeps for the decisions' next views).
-        self.mover = SlowedEngineMoves(windows, peek or progress, self.devices, self.models.slowdowns)
         self.ledger = ledger or ExplorationLedger(windows.max_cells)
         self.explore = explore  # False: never explores
         self.probes = probes  # True: decode probes are sent for plans that ask (proxy/decode_probe.py)
@@ -428,11 +422,11 @@ class AdaptiveScorer:
         note: str | None = None,
         error_rate: float = 0.0,
     ) -> Prediction:
-        """`borrowed`: the peer's model stands for this backend's (routing/peers.py); `guide`: a model that
-        saw higher loads, along which this one is carried beyond the loads it measured; `note`: where
-        `model` came from, when not from the cell (model_choice.ModelChoice.choose); `error_rate`: the
-        share of its requests it fails, each failed over, so beside a neighbour now idle it is predicted
-        sharing the device that share of the time (shared_device.failover_share)."""
+        """`borrowed`: the peer's model stands for this backend's (routing/model/peers.py); `guide`: a model
+        that saw higher loads, along which this one is carried beyond the loads it measured; `note`: where
+        `model` came from, when not from the cell (model_choice.ModelChoice.choose); `error_rate`: the share
+        of its requests it fails, each failed over, so beside a neighbour now idle it is predicted sharing the
+        device that share of the time (shared_device.failover_share)."""
         hint = self.hints(backend.name) if self.hints is not None else None
         me = next(d for d in device if d.backend == backend.name)
         alone = len(device) > 1 and not me.device_busy  # a neighbour, idle now

@@ -17,7 +17,7 @@ one borrowed where that says more than a few answers do (docs/measurement.md, se
   for its own samples.
 - A borrowed model serves only where it holds min_samples of the request's content (`own_content`).
 
-Every model is scaled by its engine's slow-down as of the decision under way (routing/engine_slowdowns.py),
+Every model is scaled by its engine's slow-down as of the decision under way (routing/slowdown/memory.py),
 so each profile's cell of a throttled engine reads slower, not only the ones it served since.
 """
 
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot
-from gateway.routing.cells import CellModel, CellView, ModelCache, Windows
-from gateway.routing.context import RouteContext
-from gateway.routing.engine_slowdowns import EngineSlowdowns
-from gateway.routing.peers import decode_ratio, measured_peers
-from gateway.routing.slowdown import scaled
+from gateway.routing.model.cells import CellModel, CellView, ModelCache, Windows
+from gateway.routing.model.peers import decode_ratio, measured_peers
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.slowdown.memory import EngineSlowdowns
+from gateway.routing.slowdown.reading import scaled
 
 Chosen = tuple[CellModel, str | None]  # the model, and where it came from when not from the cell
 

@@ -3,7 +3,7 @@
 Busy = in-flight / max_concurrency (in-flight alone when no limit is set), so a backend configured for
 more concurrency takes proportionally more. Ties keep the pool's order; a saturated first choice (its
 engine reports waiting requests, or it runs at its capacity) gives way to the next backend with room
-(routing/spill.py). A backend at its concurrency limit is left out; when none is left the request is
+(routing/pipeline/spill.py). A backend at its concurrency limit is left out; when none is left the request is
 refused with 503 whose code and message give the true reason: warming up, open circuit breakers,
 concurrency limits, or nothing ready at all. The backends out for now only (warming up, breaker open,
 full) are the fallback, in pool order (once back, none has anything in flight).
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.records import BackendSnapshot, Candidate, Decision, Refusal
-from gateway.routing.filters import once_back
-from gateway.routing.spill import spill
+from gateway.routing.pipeline.filters import once_back
+from gateway.routing.pipeline.spill import spill
 
 PROFILE = "default"
 

@@ -11,11 +11,11 @@ import math
 from collections.abc import Mapping, Sequence
 
 from gateway.records import BackendSnapshot
-from gateway.routing.cells import CellModel
-from gateway.routing.context import RouteContext
-from gateway.routing.harm import DeviceLoad
-from gateway.routing.predict import PredictConfig, Prediction, blended, predict_with_model
-from gateway.routing.verdict import effective_value
+from gateway.routing.adaptive.verdict import effective_value
+from gateway.routing.model.cells import CellModel
+from gateway.routing.model.harm import DeviceLoad
+from gateway.routing.model.predict import PredictConfig, Prediction, blended, predict_with_model
+from gateway.routing.pipeline.context import RouteContext
 
 
 def device_members(backends: Sequence[BackendSnapshot], devices: Mapping[str, str]) -> dict[str, list[str]]:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.records import Sample
-from gateway.routing.fitting import Fit
-from gateway.routing.regime import current_regime, fit_current
+from gateway.routing.model.fitting import Fit
+from gateway.routing.model.regime import current_regime, fit_current
 
 # Successful samples a cell needs before the router trusts its prediction. Five points leave a fit of
 # three coefficients (a, b, g) degrees of freedom to spare and let the regime check (CHANGE_RUN) compare a

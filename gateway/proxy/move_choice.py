@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from gateway.policy.schema import Adaptive
 from gateway.records import BackendSnapshot, Progress
-from gateway.routing.cells import CellModel
-from gateway.routing.predict import PredictConfig, predict_with_model
-from gateway.routing.slowdown import MIN_EVIDENCE, SLOWED, pace_change
+from gateway.routing.model.cells import CellModel
+from gateway.routing.model.predict import PredictConfig, predict_with_model
+from gateway.routing.slowdown.reading import MIN_EVIDENCE, SLOWED, pace_change
 
 
 @dataclass(frozen=True, slots=True)

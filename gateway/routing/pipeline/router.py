@@ -17,13 +17,19 @@ from gateway.policy.classify import classify, classify_explained
 from gateway.policy.load import LoadedPolicy
 from gateway.policy.schema import Policy, Profile
 from gateway.records import BackendSnapshot, Candidate, Decision, Features, Refusal, Spill
-from gateway.routing.context import RouteContext
-from gateway.routing.explain import build_explanation
-from gateway.routing.features import TokenEstimator, content_size, extract_features
-from gateway.routing.filters import DEFAULT_FILTERS, Filter, once_back
-from gateway.routing.picker import pick
-from gateway.routing.scorers import CandidateScorer, Independent, LoadScorer, PreferenceScorer, Scorer
-from gateway.routing.spill import saturation, spill
+from gateway.routing.pipeline.context import RouteContext
+from gateway.routing.pipeline.explain import build_explanation
+from gateway.routing.pipeline.filters import DEFAULT_FILTERS, Filter, once_back
+from gateway.routing.pipeline.picker import pick
+from gateway.routing.pipeline.scorers import (
+    CandidateScorer,
+    Independent,
+    LoadScorer,
+    PreferenceScorer,
+    Scorer,
+)
+from gateway.routing.pipeline.spill import saturation, spill
+from gateway.routing.request.features import TokenEstimator, content_size, extract_features
 
 WeightedScorer = tuple[CandidateScorer, float]
 
@@ -37,7 +43,7 @@ def schedule(
     """Filter in order (stop when none are left: that filter writes the refusal), score the survivors,
     rank them by weighted sum. Every backend ends up in `candidates`, with its reason or its scores.
     A saturated first choice gives way to the next backend with room, unless the profile forbids it
-    (routing/spill.py).
+    (routing/pipeline/spill.py).
 
     A backend that only filters about now reject is followed as it will be once back through the
     remaining filters; those that pass are scored in the same evaluation and ranked as the fallback."""
@@ -132,11 +138,11 @@ def _spilled(
     survivors: Sequence[BackendSnapshot],
     priced: frozenset[str] = frozenset(),
 ) -> tuple[tuple[str, ...], Spill | None]:
-    """The ranking after overload spill (routing/spill.py), unless the profile forbids it or the first
-    backend's score already priced the queue there (`priced`: an adaptive prediction counts the
-    engine's waiting requests and its sequence limit, and ranked it first with them). Spilling from it
-    would overrule that price with a cruder one: a one-Spark pair's throttled engine, predicted at half
-    the other's pace, took three requests because two waited a step on the other."""
+    """The ranking after overload spill (routing/pipeline/spill.py), unless the profile forbids it or the
+    first backend's score already priced the queue there (`priced`: an adaptive prediction counts the engine's
+    waiting requests and its sequence limit, and ranked it first with them). Spilling from it would overrule
+    that price with a cruder one: a one-Spark pair's throttled engine, predicted at half the other's pace,
+    took three requests because two waited a step on the other."""
     if not ctx.profile.spill or (ranked and ranked[0] in priced):
         return tuple(ranked), None
     return spill(ranked, {b.name: b for b in survivors})

@@ -1,0 +1,1 @@
+"""The adaptive objective scorer and its verdict: predictions in, one score per backend out."""
