@@ -12,8 +12,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.records.endpoints import ENDPOINTS, Endpoint
-from gateway.routing.explore.pacing import MAX_EPSILON
-from gateway.routing.model.cells import MIN_SAMPLES
+
+# Successful samples a cell needs before the router trusts its prediction. Five points leave a fit of
+# three coefficients (a, b, g) degrees of freedom to spare and let the regime check (CHANGE_RUN) compare a
+# run against a fit; every profile's exploration costs at most this many requests per backend per window.
+# The default of `adaptive.min_samples` below, which is what a running gateway uses.
+MIN_SAMPLES = 5
+# Exploration never takes more than half of a profile's traffic, whatever the policy says: the other half
+# goes to the predicted best, so the cost of measuring stays bounded.
+MAX_EPSILON = 0.5
 
 RoutingMode = Literal["static", "adaptive"]
 Objective = Literal["ttft", "tokens_per_second", "e2e"]

@@ -27,10 +27,10 @@ from loopback import serve_asgi
 from gateway.app import build_app, build_gateway
 from gateway.backends.registry import Status
 from gateway.policy.load import parse_policy
+from gateway.policy.schema import MIN_SAMPLES
 from gateway.proxy.dispatch import Job
 from gateway.records import BackendSnapshot, Decision, ExplorationPlan
 from gateway.routing.adaptive.scorer import AdaptiveScorer
-from gateway.routing.model.cells import MIN_SAMPLES
 from gateway.routing.pipeline.context import RouteContext
 from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.routing.pipeline.scorers import Assessment

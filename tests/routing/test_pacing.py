@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.policy.schema import MAX_EPSILON, MIN_SAMPLES
 from gateway.records import ExplorationPlan
 from gateway.routing.explore.pacing import (
-    MAX_EPSILON,
     Age,
     Exploration,
     ExplorationLedger,
@@ -15,7 +15,6 @@ from gateway.routing.explore.pacing import (
     plan_refresh,
     stale_reason,
 )
-from gateway.routing.model.cells import MIN_SAMPLES
 
 
 def pick_exploration(

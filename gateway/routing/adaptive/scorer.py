@@ -89,10 +89,10 @@ from dataclasses import replace
 from functools import cache, partial
 from typing import Any
 
-from gateway.policy.schema import Adaptive
+from gateway.policy.schema import MAX_EPSILON, Adaptive
 from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
 from gateway.routing.adaptive.verdict import Verdict, demoted, effective_value, verdict
-from gateway.routing.explore.pacing import MAX_EPSILON, ExplorationLedger, exploration_unit
+from gateway.routing.explore.pacing import ExplorationLedger, exploration_unit
 from gateway.routing.explore.plan import Explorer, probe_instead, probe_measures
 from gateway.routing.model.cells import CellModel, CellView, ModelCache, Windows
 from gateway.routing.model.harm import DeviceLoad

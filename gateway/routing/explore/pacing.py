@@ -19,17 +19,11 @@ import math
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
+from gateway.policy.schema import MAX_EPSILON, MIN_SAMPLES, Adaptive
 from gateway.records import ExplorationPlan
-from gateway.routing.model.cells import MIN_SAMPLES, CellView, repetitive
+from gateway.routing.model.cells import CellView, repetitive
 
-if TYPE_CHECKING:  # annotations only: the policy schema imports the routing library's pacing
-    from gateway.policy.schema import Adaptive
-
-# Exploration never takes more than half of a profile's traffic, whatever the policy says: the other half
-# goes to the predicted best, so the cost of measuring stays bounded.
-MAX_EPSILON = 0.5
 # A sum of float rates may fall just short of the 1 it adds up to (4 x 0.25 is exact, 10 x 0.1 is not).
 ROUNDING = 1e-9
 

@@ -64,11 +64,10 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gateway.policy.schema import Adaptive
+from gateway.policy.schema import MAX_EPSILON, Adaptive
 from gateway.records import ExplorationPlan
 from gateway.routing.adaptive.verdict import Verdict
 from gateway.routing.explore.pacing import (
-    MAX_EPSILON,
     Age,
     Exploration,
     ExplorationLedger,

@@ -12,11 +12,6 @@ from gateway.records import Sample
 from gateway.routing.model.fitting import Fit
 from gateway.routing.model.regime import current_regime, fit_current
 
-# Successful samples a cell needs before the router trusts its prediction. Five points leave a fit of
-# three coefficients (a, b, g) degrees of freedom to spare and let the regime check (CHANGE_RUN) compare a
-# run against a fit; every profile's exploration costs at most this many requests per backend per window.
-# The policy's `adaptive.min_samples` is what a running gateway uses; this is its default.
-MIN_SAMPLES = 5
 # The newest requests whose load says how busy an engine tends to be now: about one full batch of a busy
 # engine (seed 003 runs 16 at once), enough to average a burst out and recent enough to follow it.
 RECENT_REQUESTS = 16

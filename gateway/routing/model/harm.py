@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.routing.model.cells import MIN_SAMPLES, CellModel
+from gateway.policy.schema import MIN_SAMPLES
+from gateway.routing.model.cells import CellModel
 
 # The share of its output an in-flight request still has to produce: the scorer sees counts, not ages, and
 # a request found in flight at a random moment is half done on average.

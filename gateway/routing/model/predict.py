@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import assert_never
 
-from gateway.policy.schema import Objective
+from gateway.policy.schema import MIN_SAMPLES, Objective
 from gateway.records import EngineHint, Sample
-from gateway.routing.model.cells import MIN_SAMPLES, CellModel, build_model
+from gateway.routing.model.cells import CellModel, build_model
 from gateway.routing.model.harm import DeviceLoad, busy_extension, device_harm
 from gateway.routing.request.features import DEFAULT_OUTPUT_TOKENS
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gateway.policy.schema import Adaptive
+from gateway.policy.schema import MIN_SAMPLES, Adaptive
 from gateway.records import Progress, Sample
-from gateway.routing.model.cells import MIN_SAMPLES, CellModel, ModelCache, Windows
+from gateway.routing.model.cells import CellModel, ModelCache, Windows
 from gateway.routing.slowdown.episodes import Episode, next_episode, starts
 from gateway.routing.slowdown.reading import DecodePace, Slowdown, decode_pace, engine_slowdown, live_ratios
 
