@@ -84,7 +84,7 @@ class SlowedEngineMoves:
         min_samples: int,
     ) -> list[Underway]:
         """The streams, those without a token limit given what the profile's finished answers on the
-        pool's backends say they will still write (moving.expected_left)."""
+        pool's backends say they will still write (move_choice.expected_left)."""
         if all(s.left is not None for s in streams):
             return list(streams)
         outputs = [

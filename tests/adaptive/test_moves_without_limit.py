@@ -1,6 +1,6 @@
 """A stream whose request set no token limit (what most clients send) is moved off an engine seen slowed
 when the profile's finished answers say it has much left to write, and stays when they say it is nearly
-done or do not say (SlowedEngineMoves.moves, moving.expected_left)."""
+done or do not say (SlowedEngineMoves.moves, move_choice.expected_left)."""
 
 from __future__ import annotations
 

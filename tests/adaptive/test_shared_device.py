@@ -119,7 +119,7 @@ def test_exploration_waits_for_a_moment_when_it_slows_the_busy_engine_least() ->
     # Waking y next to x's 14 requests slows all 14: credit accrues at 0.5 x 0.2 / 14 per request, so it
     # would wait for the 140th. Deferred only up to a bound: a cell short of min_samples is due once
     # min_samples / epsilon = 10 requests went by; beside a busy engine it waits for a quiet moment up to
-    # twice that (exploring.QUIET_WAIT), then is measured whatever the contention.
+    # twice that (plan.QUIET_WAIT), then is measured whatever the contention.
     # Back to back, so the 5 overlap: y keeps x's requests company for one request's time, not five.
     assert first_exploration(14, 0, SHARED) == [20, 21, 22, 23, 24]  # and never more than min_samples
     assert first_exploration(14, 3, SHARED)[0] == 20
@@ -309,28 +309,3 @@ def test_an_engine_holding_the_device_is_measured_rather_than_its_idle_neighbour
     # follow them there one idle moment of x at a time
     assert goes(SHARED, 2, explorations=2) == "x"
     assert goes(SHARED, 3, explorations=2) == "y"
-
-
-def holder_failing(errors: int) -> str:
-    """Where a decode request goes with x holding the device (14 in flight) and 8 % faster than y at
-    that load, x having failed `errors` of its requests before the first byte (failed over to y)."""
-    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
-    for sample in samples(0.018):
-        recorder.record("x", "default", sample)
-    for sample in samples(0.018)[:errors]:
-        recorder.record("x", "default", replace(sample, error=True, ttft=None))
-    for sample in samples(0.020):
-        recorder.record("y", "default", sample)
-    policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
-    router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=SHARED))
-    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
-    loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
-    return router.route("completions", body, loaded).ranked[0]
-
-
-def test_an_engine_whose_failures_fail_over_to_its_neighbour_does_not_hold_the_device_alone() -> None:
-    # Failing 4 of 44 (9 %) costs x 10 % per successful request: alone, about what it is faster by. But
-    # each failure is retried on y, which then shares the device with x's batch most of the time (1.8x a
-    # step here): x with the device's load is slower than y with it, and the traffic moves to y.
-    assert holder_failing(0) == "x"
-    assert holder_failing(4) == "y"

@@ -101,7 +101,7 @@ def test_a_stream_the_planner_moves_is_finished_by_the_next_engine_and_its_engin
 
 
 def test_a_stream_without_a_token_limit_is_put_to_the_planner_with_what_is_left_unknown() -> None:
-    """The planner reads what such a stream has left from its profile's answers (moving.expected_left)."""
+    """The planner reads what such a stream has left from its answers (move_choice.expected_left)."""
     planner = Planner(move=True)
     a = Slowed(200, [chunk(role=True), chunk("Hel"), chunk("lo")], "text/event-stream")
     unlimited = {key: value for key, value in CHAT.items() if key != "max_tokens"}

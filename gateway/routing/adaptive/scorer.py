@@ -29,8 +29,8 @@ holder's by more than half the tolerance (shared_device.holders; one claimed bey
 is carried there along the holder's fit, shared_device.claims), else it scores 0 and the holder the
 better of the two. Devices come from `backends[].device`; a backend without one is a device of its own.
 The window's error rate (failovers included) turns the value into the cost per *successful* request (a
-backend that fails half its requests takes twice as long per answer); on a shared device its failures are
-retried beside it, so it is also predicted sharing the device that often (shared_device.failover_share).
+backend that fails half its requests takes twice as long per answer); a shared device's steady states
+count its failures retried beside it (shared_device.failover_share).
 Scores are then normalised across candidates:
 
     gap_i   = how much worse than the best, relative: v_i / best - 1 (lower is better) or best / v_i - 1
@@ -105,13 +105,12 @@ from gateway.routing.model.peers import (
     levelled_prior,
     widest,
 )
-from gateway.routing.model.predict import PredictConfig, Prediction, blended, predict_with_model
+from gateway.routing.model.predict import PredictConfig, Prediction, predict_with_model
 from gateway.routing.model.shared_device import (
     beats,
     charged,
     claims,
     device_members,
-    failover_share,
     holders,
     steady_states,
 )
@@ -226,7 +225,7 @@ class AdaptiveScorer:
     def _decodes_slower(self, ctx: RouteContext, name: str, winner: str | None, at: float) -> bool | None:
         """Whether `name`'s engine decodes slower than the winner's beyond the tolerance
         (peers.decodes_slower, on their all-profile models as remembered); None: not known, or no winner to
-        compare with. Read for a ttft or e2e profile only, whose probes it gates (exploring.probe_instead)."""
+        compare with. Read for a ttft or e2e profile only, whose probes it gates (plan.probe_instead)."""
         if ctx.profile.objective == "tokens_per_second" or winner is None or winner == name:
             return None
         knobs = ctx.adaptive
@@ -274,7 +273,6 @@ class AdaptiveScorer:
                 self._unrefuted(ctx, b, models[b.name], device[b.name], borrowed.get(b.name)),
                 guide if len(device[b.name]) == 1 else None,
                 note=chosen[b.name][1],
-                error_rate=errors[b.name],
             )
             for b in backends
         ]
@@ -329,7 +327,7 @@ class AdaptiveScorer:
     ) -> list[str]:
         """The backends short of min_samples whose answers so far predict this request, at a load they
         met, better than the predicted winner (its prediction, or its own few answers while it has
-        none): exploring one is expected to cost nothing, so it is not paced (exploring.Explorer.plan).
+        none): exploring one is expected to cost nothing, so it is not paced (plan.Explorer.plan).
         Too few answers to rank a backend are enough to say when measuring it is cheap: the prior alone
         would send a single user's requests to the engine it names until some engine holds min_samples
         answers."""
@@ -420,42 +418,31 @@ class AdaptiveScorer:
         borrowed: Borrowed | None = None,
         guide: CellModel | None = None,
         note: str | None = None,
-        error_rate: float = 0.0,
     ) -> Prediction:
         """`borrowed`: the peer's model stands for this backend's (routing/model/peers.py); `guide`: a model
         that saw higher loads, along which this one is carried beyond the loads it measured; `note`: where
-        `model` came from, when not from the cell (model_choice.ModelChoice.choose); `error_rate`: the share
-        of its requests it fails, each failed over, so beside a neighbour now idle it is predicted sharing the
-        device that share of the time (shared_device.failover_share)."""
+        `model` came from, when not from the cell (model_choice.ModelChoice.choose)."""
         hint = self.hints(backend.name) if self.hints is not None else None
         me = next(d for d in device if d.backend == backend.name)
-        alone = len(device) > 1 and not me.device_busy  # a neighbour, idle now
-        shared = failover_share(error_rate, backend.inflight) if alone else 0.0
         used = model
         if borrowed is not None:
             used, device = borrowed.model, borrowed.alone(me)
         if guide is not None:
             used = carried_model(used, guide, backend.inflight + 1)
-
-        def at(busy: bool) -> Prediction:
-            return predict_with_model(
-                backend.name,
-                used,
-                inflight=backend.inflight,
-                objective=ctx.profile.objective,
-                max_output_tokens=ctx.features.max_output_tokens,
-                hint=hint,
-                config=config,
-                device_busy=busy,
-                device=device,
-                repetition=ctx.features.repetition,
-                capacity=backend.engine_capacity or backend.max_concurrency,
-                prompt_tokens=ctx.features.prompt_tokens,
-            )
-
-        prediction = at(me.device_busy)
-        if shared > 0:
-            prediction = blended(prediction, at(True), shared)
+        prediction = predict_with_model(
+            backend.name,
+            used,
+            inflight=backend.inflight,
+            objective=ctx.profile.objective,
+            max_output_tokens=ctx.features.max_output_tokens,
+            hint=hint,
+            config=config,
+            device_busy=me.device_busy,
+            device=device,
+            repetition=ctx.features.repetition,
+            capacity=backend.engine_capacity or backend.max_concurrency,
+            prompt_tokens=ctx.features.prompt_tokens,
+        )
         slowed = self.slowdowns.latest(backend.name)
         said = slowed.describe(model) if slowed is not None else None
         if borrowed is not None:

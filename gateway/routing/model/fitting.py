@@ -26,7 +26,7 @@ CANCELLATION = 1e-9
 # a few seconds of noise 250 times over: one TTFT fit predicted 1,888 s beside a busy neighbour, the next
 # sample's 9 s. Over a tenth of a request's life the carry is at most tenfold. Measured beside a quarter:
 # that also left out shares a busy phase's requests really met, and spark-duo-35b's and spark-duo-flaky's
-# third rounds lost 2 % (docs/measurement.md, "Fleets not in the repo, second pass").
+# third rounds lost 2 % (docs/measurement.md, section 9).
 MIN_SHARE_SPAN = 0.1
 # Two regressors whose determinant is below this share of the product of their variances move together:
 # fitting both would split one effect between them at random, so c is fitted alone.

@@ -2,7 +2,7 @@
 that the producer side writes and the decisions only read.
 
 `refresh` takes a reading of a backend's requests in flight at the windows' clock (once per clock reading,
-the first profile asked for leading) and remembers it, with its episode (slow_episodes.py): the router
+the first profile asked for leading) and remembers it, with its episode (episodes.py): the router
 runs it for the backends a request is scored on before it scores them (router.PolicyRouter.route), as
 samples and stream progress arrive between two clock readings. `of`, `latest`, `suspect` and
 `remembered` read that memory and change nothing, so a decision, and explain's preview of it, is a pure
@@ -38,7 +38,7 @@ class EngineSlowdowns:
         self._paces: dict[tuple[str, str], tuple[int, DecodePace]] = {}  # cell -> (its version, pace)
         self._profiles: dict[str, dict[str, None]] = {}  # backend -> the profiles it was scored for
         self._slowed: dict[str, tuple[float, Slowdown]] = {}  # backend -> (when found, its slow-down)
-        self._episodes: dict[str, Episode] = {}  # backend -> its newest slow-down episode (slow_episodes.py)
+        self._episodes: dict[str, Episode] = {}  # backend -> its newest slow-down episode (episodes.py)
 
     def profiles(self, backend: str) -> list[str]:
         """The profiles `backend` was scored for (the newest MAX_PROFILES)."""
@@ -70,7 +70,7 @@ class EngineSlowdowns:
 
     def remembered(self, backend: str, profile: str | None, at: float, tolerance: float) -> float:
         """The factor by which `backend`'s cell of `profile` (None: its all-profile model) is slower than
-        its fit says, by what is remembered (slow_episodes.py): its newest episode's live factor, where
+        its fit says, by what is remembered (episodes.py): its newest episode's live factor, where
         that was beyond `tolerance` and the cell was measured mostly before it began; else 1. However long
         ago it was seen: a throttle is not undone by time passing, and a cell stops being scaled as its
         own answers since outnumber the old (on a one-Spark pair throttled in its 4-user phase, the
