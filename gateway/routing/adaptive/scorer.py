@@ -116,6 +116,7 @@ from gateway.routing.model.shared_device import (
 )
 from gateway.routing.pipeline.context import RouteContext
 from gateway.routing.pipeline.scorers import Assessment, PreferenceScorer
+from gateway.routing.pipeline.spill import announced_capacity
 from gateway.routing.slowdown.memory import EngineSlowdowns, InFlightProgress
 
 # The engine's own report for a backend, or None (no scraper, not scraped, flavor without metrics).
@@ -457,7 +458,7 @@ class AdaptiveScorer:
         for b in backends:
             others_busy = any(inflight[o] > 0 for o in members[b.name] if o != b.name)
             model = self.cache.backend(self.windows, b.name, at)
-            loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model, announced(b))
+            loads[b.name] = DeviceLoad(b.name, b.inflight, others_busy, model, announced_capacity(b))
         return {b.name: [loads[o] for o in members[b.name]] for b in backends}
 
 
@@ -480,12 +481,3 @@ def _clearly_beaten(
     if mine is None or best is None:
         return False
     return beats(best, mine, objective == "tokens_per_second", tolerance)
-
-
-def announced(b: BackendSnapshot) -> int | None:
-    """The sequences a backend runs at once as configured or as its engine says (the tighter), not the
-    load it was last seen queueing at (spill.capacity's `engine_full_at`): that is a moment's load, which
-    the model's fits already price; taken as a limit, it had a throttled engine's batch counted full and
-    its requests predicted queued behind it on the engine that was not."""
-    known = [c for c in (b.max_concurrency, b.engine_capacity) if c is not None]
-    return min(known) if known else None

@@ -34,8 +34,20 @@ from gateway.records import BackendSnapshot, Spill
 
 
 def capacity(b: BackendSnapshot) -> int | None:
-    """How many requests the backend runs at once, where known: the tightest of the limits."""
-    known = [c for c in (b.max_concurrency, b.engine_capacity, b.engine_full_at) if c is not None]
+    """How many requests the backend runs at once, where known: the tightest of the limits, the load its
+    engine was last seen queueing at (`engine_full_at`) among them."""
+    return _tightest(b.max_concurrency, b.engine_capacity, b.engine_full_at)
+
+
+def announced_capacity(b: BackendSnapshot) -> int | None:
+    """The sequences the backend runs at once as configured or as its engine says, where known: the
+    limits a performance model can take as fixed. `engine_full_at` is a moment's load, which measured fits
+    already price; taken as a limit there, it had a throttled engine's batch counted full."""
+    return _tightest(b.max_concurrency, b.engine_capacity)
+
+
+def _tightest(*limits: int | None) -> int | None:
+    known = [c for c in limits if c is not None]
     return min(known) if known else None
 
 
