@@ -316,13 +316,15 @@ def fault_figures(spec: FleetSpec, outcomes: list[Outcome]) -> FaultFigures | No
     )
 
 
-def adaptive_copy(policy: Path, workdir: Path) -> Path:
-    """The same policy file with `routing: adaptive` (per-profile overrides dropped)."""
+def routed_copy(policy: Path, workdir: Path, routing: str) -> Path:
+    """The same policy file with `routing` for every profile (per-profile overrides dropped): the static
+    strategy is the prefer order alone, the adaptive one the same order as its prior, whatever the file
+    says."""
     data = yaml.safe_load(policy.read_text())
-    data["routing"] = "adaptive"
+    data["routing"] = routing
     for profile in data.get("profiles", []):
         profile.pop("routing", None)
-    path = workdir / f"adaptive-{policy.name}"
+    path = workdir / f"{routing}-{policy.name}"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -389,8 +391,10 @@ def _strategies(
     ]
     if policy is not None:
         strategies += [
-            Strategy("static", None, policy, detail=str(policy.name)),
-            Strategy("adaptive", None, adaptive_copy(policy, workdir), detail=f"{policy.name}, adaptive"),
+            Strategy("static", None, routed_copy(policy, workdir, "static"), detail=f"{policy.name}, static"),
+            Strategy(
+                "adaptive", None, routed_copy(policy, workdir, "adaptive"), detail=f"{policy.name}, adaptive"
+            ),
         ]
     return [s for s in strategies if s.name in chosen]
 

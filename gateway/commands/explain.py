@@ -110,6 +110,9 @@ def render(e: dict[str, Any]) -> str:
     if policy.get("last_reload_error"):
         lines.append(f"warning   last policy reload failed: {policy['last_reload_error']}")
     lines += ["", *_table(e["candidates"], list(e["scoring"]["weights"])), ""]
+    adaptive = e["scoring"].get("adaptive")
+    if adaptive:
+        lines += [*_predictions(adaptive), ""]
     if e["chosen"]:
         failover = ", ".join(e["ranked"][1:]) or "none"
         lines.append(f"chosen    {e['chosen']} (failover: {failover})")
@@ -135,6 +138,30 @@ def _outcome(o: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _predictions(adaptive: dict[str, Any]) -> list[str]:
+    """Adaptive routing's terms per backend: what each is predicted to take for this request, on how many
+    samples, the harm it does to its device's neighbours, the prior, and the score they make."""
+    lines = [f"adaptive  {adaptive['why']}"]
+    if adaptive.get("exploration"):
+        lines.append(f"explore   {adaptive['exploration']}")
+    value = adaptive["objective"].upper()
+    header = ["BACKEND", "SAMPLES", "TTFT S", "TPOT S", "HARM S", value, "PRIOR", "SCORE"]
+    rows = [
+        [
+            p["backend"],
+            str(p["samples"]),
+            *(_figure(p[k]) for k in ("ttft_s", "tpot_s", "harm_s", "effective_value", "prior", "score")),
+            p["why"],
+        ]
+        for p in adaptive["predictions"]
+    ]
+    return lines + _aligned([[*header, "WHY"], *rows])
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def _table(candidates: list[dict[str, Any]], scorers: list[str]) -> list[str]:
     header = ["BACKEND", "ELIGIBLE", "SCORE", *(s.upper() for s in scorers), "REASON"]
     rows = [
@@ -147,11 +174,14 @@ def _table(candidates: list[dict[str, Any]], scorers: list[str]) -> list[str]:
         ]
         for c in candidates
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    return [
-        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
-        for row in [header, *rows]
-    ]
+    return _aligned([header, *rows])
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Rows as columns padded to their widest cell, the last column left ragged."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    padded = [[*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]] for row in rows]
+    return ["  ".join(row) for row in padded]
 
 
 def _show(value: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from openai.types.chat import ChatCompletionContentPartParam, ChatCompletionMess
 
 from gateway.app import Gateway, build_app, build_gateway
 from gateway.backends.registry import Status
+from gateway.bench.routing import routed_copy
 from gateway.commands.serve import settings_for_fleet
 from gateway.sim.fleet import FleetSpec, load_fleet
 from gateway.sim.runner import TwinFleet
@@ -70,11 +72,16 @@ async def gateway_over_fleet(
     time_scale: float = TIME_SCALE,
     policy: Path | None = None,
     state_dir: Path | None = None,
+    routing: str | None = None,
 ) -> AsyncIterator[Stack]:
     """`fleet`: a shipped fleet's name, or a spec built by the test. `state_dir` (live-measurement
-    snapshots): give a fresh one for a gateway that must start with no samples."""
+    snapshots): give a fresh one for a gateway that must start with no samples. `routing`: the policy
+    with every profile routed so ("static": its prefer order alone), instead of as the file says."""
     spec = fleet_spec(fleet) if isinstance(fleet, str) else fleet
-    async with TwinFleet(spec, time_scale=time_scale, ephemeral_ports=True) as twins:
+    async with (
+        TwinFleet(spec, time_scale=time_scale, ephemeral_ports=True) as twins,
+        _routed(policy, spec, routing) as policy,
+    ):
         await twins.wait_ready(timeout_s=10)
         settings = settings_for_fleet(spec, {n: twins.url(n) for n in twins.names})
         overrides: dict[str, Any] = {"policy": policy, "state_dir": state_dir}
@@ -87,6 +94,17 @@ async def gateway_over_fleet(
                 yield Stack(twins, gateway, url, client, http, spec.engines[0].served_model_name)
             finally:
                 await client.close()
+
+
+@contextlib.asynccontextmanager
+async def _routed(policy: Path | None, spec: FleetSpec, routing: str | None) -> AsyncIterator[Path | None]:
+    """`policy` (else the fleet's own) with every profile routed by `routing`; as it is when None."""
+    source = policy or (REPO / spec.policy if spec.policy else None)
+    if routing is None or source is None:
+        yield policy
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        yield routed_copy(source, Path(folder), routing)
 
 
 @contextlib.asynccontextmanager

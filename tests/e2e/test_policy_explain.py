@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from e2e_harness import gateway_over_fleet, image_messages
+from e2e_harness import gateway_over_fleet, image_messages, send, text_messages
 
 from gateway.cli import main
 
@@ -26,7 +26,7 @@ async def test_explain_names_every_candidate_and_the_choice_without_touching_an_
     assert explained["ranked"] == ["fp8-vision"]
     candidates = {c["backend"]: c for c in explained["candidates"]}
     assert candidates["fp8-vision"]["eligible"] is True
-    assert candidates["fp8-vision"]["scores"] == {"preference": 1.0, "load": 1.0}
+    assert candidates["fp8-vision"]["scores"] == {"objective": 1.0, "load": 1.0}  # adaptive, as shipped
     assert candidates["q475-dflash"]["eligible"] is False
     assert candidates["q475-dflash"]["reason"] == "modality: cannot take image input"
 
@@ -42,7 +42,7 @@ async def test_explain_command_prints_the_decision_of_the_running_gateway(
         assert stack.upstream_requests() == before
     out = capsys.readouterr().out
     assert code == 0
-    assert "profile   vision (static, objective ttft)" in out
+    assert "profile   vision (adaptive, objective ttft)" in out
     assert "chosen    fp8-vision (failover: none)" in out
 
 
@@ -65,3 +65,28 @@ async def test_explain_refuses_a_body_the_completion_routes_refuse() -> None:
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "extra"
     assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "stream"
+
+
+async def test_explain_command_shows_each_backends_adaptive_terms_on_the_shipped_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The built-in fleet's policy routes adaptively: once a backend has served a few streams, `explain`
+    prints its sample count and predicted TTFT beside the prior, and the unmeasured one says so."""
+    request = tmp_path / "chat.json"
+    async with gateway_over_fleet("spark-duo-35b", state_dir=tmp_path / "state") as stack:
+        for _ in range(6):
+            await send(stack, text_messages(64), 8)
+        request.write_text(json.dumps({"model": stack.model, "messages": text_messages(64), "max_tokens": 8}))
+        code = await asyncio.to_thread(main, ["explain", "--url", stack.url, str(request)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "profile   default (adaptive, objective e2e)" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("fp8-")}
+    table = out[out.index("BACKEND   SAMPLES") :]
+    assert "TTFT S" in table.splitlines()[0] and "PRIOR" in table.splitlines()[0]
+    measured = table.splitlines()[1:3]
+    mtp = next(line.split() for line in measured if line.startswith("fp8-mtp"))
+    base = next(line.split() for line in measured if line.startswith("fp8-base"))
+    assert int(mtp[1]) >= 5 and float(mtp[2]) > 0  # samples, predicted TTFT
+    assert base[1] == "0" and base[2] == "-" and "no prediction" in " ".join(base)
+    assert rows  # the candidates table names both backends too

@@ -1,5 +1,7 @@
 """Each shipped policy, through the real gateway over its twin fleet: the seed scenario shapes land on
-the backend the policy's comments promise (checked on `x-gateway-backend` / `x-gateway-profile`).
+the backend the policy's comments promise (checked on `x-gateway-backend` / `x-gateway-profile`), its
+prefer order routed alone (`routing: static`); as shipped, adaptive routing starts from that order as its
+prior and moves off it as measurements say (tests/adaptive).
 
 Shapes (seed 003): A 512 in / 512 out alone; B 8192 / 256 with 4 in flight; C 2048 / 512 with 16 in
 flight; D 2048 / 256 with 2 in flight. "N in flight" is made by holding N-1 long requests open before the
@@ -69,7 +71,7 @@ async def test_seed_shape_goes_where_the_policy_says(
 ) -> None:
     shape = SHAPES[shape_name]
     async with (
-        gateway_over_fleet(fleet) as stack,
+        gateway_over_fleet(fleet, routing="static") as stack,
         held(stack, shape.in_flight - 1, shape.prompt, HELD_OUTPUT[fleet]),
     ):
         assert stack.inflight() == shape.in_flight - 1

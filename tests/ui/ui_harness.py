@@ -108,7 +108,8 @@ class StatusStack:
 
 @contextlib.asynccontextmanager
 async def status_stack(keys: bool = False, routing: str = "static") -> AsyncIterator[StatusStack]:
-    """`routing`: the policy's routing, static as shipped or adaptive (decisions carry predictions)."""
+    """`routing`: the policy's routing, static (the prefer order alone) or adaptive as shipped (decisions
+    carry predictions)."""
     spec = status_fleet()
     with tempfile.TemporaryDirectory() as folder:
         policy = routed_policy(Path(folder), routing)
@@ -119,9 +120,9 @@ async def status_stack(keys: bool = False, routing: str = "static") -> AsyncIter
 def routed_policy(folder: Path, routing: str) -> Path:
     """The fleet's shipped policy with its profiles' routing set to `routing`."""
     text = (REPO / "policies" / "spark-home.yaml").read_text()
-    assert "\nrouting: static\n" in text
+    assert "\nrouting: adaptive\n" in text
     path = folder / f"spark-home-{routing}.yaml"
-    path.write_text(text.replace("\nrouting: static\n", f"\nrouting: {routing}\n"))
+    path.write_text(text.replace("\nrouting: adaptive\n", f"\nrouting: {routing}\n"))
     return path
 
 
