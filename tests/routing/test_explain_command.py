@@ -67,7 +67,7 @@ def test_explain_prints_a_readable_table(
     assert main(["explain", "--url", url, "--endpoint", "chat", str(request)]) == 0
     out = capsys.readouterr().out
     assert received[0]["path"] == "/gateway/explain" and received[0]["body"]["endpoint"] == "chat"
-    assert "profile   vision (static, objective ttft)" in out
+    assert "profile   vision (adaptive, objective ttft)" in out
     assert "BACKEND      ELIGIBLE  SCORE  PREFERENCE  LOAD   REASON" in out
     assert "q475-dflash  no        -      -           -      modality: cannot take image input" in out
     assert "chosen    fp8-vision (failover: none)" in out
