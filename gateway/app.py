@@ -50,7 +50,7 @@ from gateway.proxy.move_planner import SlowedEngineMoves
 from gateway.proxy.moves import KnobsFor, StreamMoves
 from gateway.proxy.reliability import Reliability, ReliabilityCollector
 from gateway.proxy.upstream import AiohttpTransport, UpstreamTransport
-from gateway.records import BackendSnapshot
+from gateway.records import BackendSnapshot, RequestRecord
 from gateway.routing.adaptive.scorer import AdaptiveScorer
 from gateway.routing.pipeline.least_busy import LeastBusyRouter
 from gateway.routing.pipeline.router import PolicyRouter
@@ -120,6 +120,7 @@ def build_gateway(
         objective = adaptive_scorer(measurement, settings.backends, probes=True)
         router = PolicyRouter(watcher, objective_scorer=objective)
         running.append(watcher)
+        observers = [*observers, fits_from_samples(objective, registry)]
     # The policy router learns each backend's characters per token from the usage it reports.
     learn = [router.observe] if isinstance(router, PolicyRouter) else []
     # Learned warm-ups live next to the live-measurement snapshots (the same resolved state directory).
@@ -289,6 +290,16 @@ def engine_queue(scraper: MetricsScraper) -> Callable[[str], float | None]:
         return hint.waiting if hint is not None and hint.fresh else None
 
     return waiting
+
+
+def fits_from_samples(scorer: AdaptiveScorer, registry: Registry) -> Observer:
+    """A completion observer after the live windows' own: the samples a finished request left are fitted
+    now (AdaptiveScorer.learn), off the next decision's path."""
+
+    def learn(record: RequestRecord) -> None:
+        scorer.learn(record.profile, list(registry.backends))
+
+    return learn
 
 
 def book_explorations(scorer: AdaptiveScorer, probes: DecodeProbes | None = None) -> DispatchListener:

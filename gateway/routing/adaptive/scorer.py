@@ -84,7 +84,7 @@ that serve now and those that could serve once back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache, partial
 from typing import Any
@@ -364,6 +364,17 @@ class AdaptiveScorer:
         at = self.windows.now()
         cells = {b.name: self.models.cell(b.name, ctx.profile.name, at, ctx.adaptive) for b in backends}
         return self._verdict(ctx, backends, cells, self._device_loads(backends, at))
+
+    def learn(self, profile: str, backends: Iterable[str]) -> None:
+        """The producer's step as a request's samples arrive: the fits of `profile`'s cells, the all-profile
+        fits and the decode paces of `backends` are rebuilt now, if their samples changed, rather than
+        by the next decision to read them. A decision finds them cached (ModelCache, by the cells'
+        versions); nothing a decision reads differs."""
+        at = self.windows.now()
+        for name in backends:
+            self.cache.get(self.windows, name, profile, at)
+            self.cache.backend(self.windows, name, at)
+            self.slowdowns.pace(name, profile, at)
 
     def refresh(self, ctx: RouteContext, backends: Sequence[BackendSnapshot]) -> None:
         """The producer's step before a decision: each of `backends`' slow-downs read from its requests in

@@ -140,7 +140,7 @@ class EngineSlowdowns:
             return self.cache.get(self.windows, backend, profile, at)
 
         def pace(profile: str) -> DecodePace:
-            return self._pace(backend, profile, at)
+            return self.pace(backend, profile, at)
 
         return cell, pace
 
@@ -172,7 +172,7 @@ class EngineSlowdowns:
         found[None] = newest(self.windows.backend_samples(backend, at))
         return found
 
-    def _pace(self, backend: str, profile: str, at: float) -> DecodePace:
+    def pace(self, backend: str, profile: str, at: float) -> DecodePace:
         """The cell's decode pace over its finished streams, cached until its samples change."""
         key = (backend, profile)
         version = self.windows.version(backend, profile, at)
