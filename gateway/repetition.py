@@ -26,8 +26,10 @@ def prompt_repetition(messages: Any, prompt: Any) -> float:
     total = len(words) - NGRAM + 1
     if total <= 0:
         return 0.0
-    counts = Counter(zip(*(words[i:] for i in range(NGRAM)), strict=False))
-    return sum(n for n in counts.values() if n > 1) / total
+    # Counted by their hashes (a 4-gram's tuple is dropped at once) and the 4-grams seen once counted in C:
+    # a fifth faster than counting the tuples and summing in Python, the same figure.
+    counts = Counter(map(hash, zip(*(words[i:] for i in range(NGRAM)), strict=False)))
+    return (total - list(counts.values()).count(1)) / total
 
 
 def _tail_text(messages: Any, prompt: Any) -> str:
