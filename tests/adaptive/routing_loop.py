@@ -100,8 +100,9 @@ def sent(router: PolicyRouter, decision: Decision) -> str:
 
 def body(endpoint: str) -> dict[str, object]:
     if endpoint == "chat":
-        return {"model": "m", "messages": [{"role": "user", "content": "hi " * 40}], "max_tokens": 64}
-    return {"model": "m", "prompt": "hi " * 40, "max_tokens": 64}
+        messages = [{"role": "user", "content": "hi " * 40}]
+        return {"model": "m", "messages": messages, "max_tokens": 64, "stream": True}
+    return {"model": "m", "prompt": "hi " * 40, "max_tokens": 64, "stream": True}
 
 
 def serve(router: PolicyRouter, recorder: LiveRecorder, clock: Clock, endpoint: str, perf: Perf) -> str:

@@ -65,7 +65,7 @@ def route(devices: dict[str, str], y_inflight: int) -> tuple[str, dict[str, obje
     router = PolicyRouter(
         FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0))), objective_scorer=scorer
     )
-    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256, "stream": True}
     pool = [BackendSnapshot("x", inflight=14), BackendSnapshot("y", inflight=y_inflight)]
     winner = router.route("completions", body, pool).ranked[0]
     explained = router.explain("completions", body, pool)["scoring"]["adaptive"]["predictions"]

@@ -24,8 +24,8 @@ profiles:
     prefer: [s, p]
     objective: tokens_per_second
 """
-NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256}
-REPETITIVE = {"model": "m", "prompt": "edit this line please " * 20, "max_tokens": 256}
+NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256, "stream": True}
+REPETITIVE = {"model": "m", "prompt": "edit this line please " * 20, "max_tokens": 256, "stream": True}
 
 
 def prose_samples(n: int = 10) -> list[Sample]:

@@ -82,7 +82,7 @@ def test_exploration_goes_to_a_backend_that_would_not_win_anyway() -> None:
         return verdict
 
     scorer.decide = watched  # type: ignore[method-assign]
-    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     for _ in range(60):
         sent(router, router.route("chat", chat, [BackendSnapshot("x"), BackendSnapshot("y")]))
     # Nothing is ever recorded: the prior keeps picking x, which its own traffic would measure, so every
@@ -125,7 +125,8 @@ def test_a_decode_speed_profile_borrows_the_engines_fit_until_its_own_cell_is_me
 
     def first(prompt_words: int) -> str:
         # Novel words: the samples are novel prose, and a fit speaks only for the content it measured.
-        body = {"model": "m", "prompt": " ".join(f"w{i}" for i in range(prompt_words)), "max_tokens": 64}
+        prompt = " ".join(f"w{i}" for i in range(prompt_words))
+        body = {"model": "m", "prompt": prompt, "max_tokens": 64, "stream": True}
         return router.route("completions", body, pool).ranked[0]
 
     assert first(1500) == "y"  # tokens_per_second: the engine's decode speed, whatever the prompt

@@ -12,7 +12,7 @@ from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY, decode_samples, sent, with_adaptive
 
-NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256}
+NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256, "stream": True}
 
 
 def to_y(
@@ -89,3 +89,19 @@ def test_a_backend_alone_on_its_device_is_explored_slower_while_it_runs_more_tha
     # Slower, never stopped: y's estimate is still made, and its blind bound (5 / 0.25 requests) holds.
     assert explored(0, 3) == []
     assert explored(0, 3, requests=24) == [15, 21, 23]
+
+
+def test_a_request_answered_in_one_piece_explores_nothing() -> None:
+    """A non-streamed answer shows no first token nor decode pace: it would measure nothing where it
+    explored, so non-streaming clients keep to the prior while streamed requests of the same profile
+    explore at the policy's rate."""
+    recorder = LiveRecorder(clock=lambda: 1_000_000.0)
+    for sample in decode_samples(0.020):
+        recorder.record("x", "default", sample)
+    policy = parse_policy(with_adaptive(DECODE_POLICY, explore_epsilon=0.25, refresh_requests=1000))
+    router = PolicyRouter(FixedPolicy(policy), objective_scorer=AdaptiveScorer(recorder))
+    pool = [BackendSnapshot("x"), BackendSnapshot("y")]
+    whole = {**NOVEL, "stream": False}
+    assert [sent(router, router.route("completions", whole, pool)) for _ in range(20)] == ["x"] * 20
+    streamed = [sent(router, router.route("completions", NOVEL, pool)) for _ in range(20)]
+    assert [i for i, name in enumerate(streamed) if name == "y"] == [3, 7, 11, 15, 19]

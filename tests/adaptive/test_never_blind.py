@@ -12,8 +12,8 @@ from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY, POLICY, decode_samples, paced, sent, with_adaptive
 
 SHARED = {"x": "spark", "y": "spark"}
-NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256}
-REPETITIVE = {"model": "m", "prompt": "edit this line please " * 20, "max_tokens": 256}
+NOVEL = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256, "stream": True}
+REPETITIVE = {"model": "m", "prompt": "edit this line please " * 20, "max_tokens": 256, "stream": True}
 
 
 def router_over(recorder: LiveRecorder, policy: str, devices: dict[str, str] | None = None) -> PolicyRouter:

@@ -11,7 +11,7 @@ from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY, decode_samples, with_adaptive
 
-BODY = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256}
+BODY = {"model": "m", "prompt": "a b c d e f g h i j k l m n o p", "max_tokens": 256, "stream": True}
 
 
 def router(

@@ -57,7 +57,7 @@ def test_stress_traffic_stays_on_the_busy_engine_of_a_shared_device() -> None:
     scorer = AdaptiveScorer(recorder, devices={"x": "spark", "y": "spark"})
     policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
     router = PolicyRouter(policy, objective_scorer=scorer)
-    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256, "stream": True}
     loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
     assert router.route("completions", body, loaded).ranked[0] == "x"
     apart = AdaptiveScorer(recorder)
@@ -76,7 +76,7 @@ def test_exploration_counts_requests_still_in_flight() -> None:
     router = PolicyRouter(
         FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5))), objective_scorer=scorer
     )
-    body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+    body = {"model": "m", "prompt": "hi", "max_tokens": 8, "stream": True}
     # 100 arrivals before any answer is recorded: y may be explored at most min_samples times.
     chosen = [
         sent(router, router.route("completions", body, [BackendSnapshot("x"), BackendSnapshot("y")]))
@@ -103,7 +103,7 @@ def first_exploration(
     )
     scorer = AdaptiveScorer(recorder, devices=devices)
     router = PolicyRouter(FixedPolicy(parse_policy(policy)), objective_scorer=scorer)
-    body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+    body = {"model": "m", "prompt": "hi", "max_tokens": 8, "stream": True}
     pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y", inflight=y_inflight)]
     return [i for i in range(routes) if sent(router, router.route("completions", body, pool)) == "y"]
 
@@ -171,7 +171,7 @@ def shared_and_apart(y_tpot: float) -> tuple[str, str, str]:
     for sample in alone[:3] * 2:
         recorder.record("y", "default", replace(sample, e2e=0.1 + 255 * y_tpot))
     policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
-    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256, "stream": True}
     loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
     shared = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=SHARED))
     why = shared.explain("completions", body, loaded)["scoring"]["adaptive"]["why"]
@@ -206,7 +206,7 @@ def test_a_claim_is_not_carried_along_a_holder_that_never_measured_the_claimants
     for sample in alone[:3] * 2:
         recorder.record("y", "default", replace(sample, e2e=0.1 + 255 * 0.010))
     policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0)))
-    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256}
+    body = {"model": "m", "prompt": "hi " * 40, "max_tokens": 256, "stream": True}
     loaded = [BackendSnapshot("x", inflight=14), BackendSnapshot("y")]
     router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=SHARED))
     why = router.explain("completions", body, loaded)["scoring"]["adaptive"]["why"]
@@ -235,7 +235,7 @@ def probed(
         recorder.record("y", "default", sample)
     policy = FixedPolicy(parse_policy(with_adaptive(policy_text, explore_epsilon=0.5, min_samples=5)))
     router = PolicyRouter(policy, objective_scorer=AdaptiveScorer(recorder, devices=devices, probes=probes))
-    body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+    body = {"model": "m", "prompt": "hi", "max_tokens": 8, "stream": True}
     pool = [BackendSnapshot("x", inflight=x_inflight), BackendSnapshot("y")]
     measured = []
     for i in range(40):
@@ -289,7 +289,7 @@ def test_an_engine_holding_the_device_is_measured_rather_than_its_idle_neighbour
     for sample in samples(0.020):
         recorder.record("x", "default", sample)
     policy = FixedPolicy(parse_policy(with_adaptive(POLICY, explore_epsilon=0.5, min_samples=5)))
-    body = {"model": "m", "prompt": "hi", "max_tokens": 8}
+    body = {"model": "m", "prompt": "hi", "max_tokens": 8, "stream": True}
 
     def goes(devices: dict[str, str], y_inflight: int, probes: bool = False, explorations: int = 0) -> str:
         scorer = AdaptiveScorer(recorder, devices=devices, probes=probes)

@@ -187,7 +187,9 @@ class AdaptiveScorer:
         cells = {b.name: self.models.cell(b.name, ctx.profile.name, at, ctx.adaptive) for b in backends}
         device = self._device_loads(backends, at)
         decided = self._verdict(ctx, backends, cells, device)
-        if not self.explore or knobs.explore_epsilon <= 0 or not backends:
+        # A request answered in one piece shows no first token nor decode pace: sent to explore, it would
+        # measure nothing, and non-streaming clients would pay a share of their requests for it forever.
+        if not self.explore or knobs.explore_epsilon <= 0 or not backends or not ctx.features.stream:
             return decided
         unit, measured = exploration_unit(ctx.profile.name, ctx.features.repetition, cells)
         explorer = Explorer(self.ledger, self.slowdowns, self.windows.max_age_s)
