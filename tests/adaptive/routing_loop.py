@@ -9,7 +9,8 @@ from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, Decision, Sample
 from gateway.repetition import prompt_repetition
 from gateway.routing.adaptive.scorer import AdaptiveScorer
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.stats.live import LiveRecorder
 
 # (backend, profile, concurrency) -> (ttft seconds, tpot seconds)

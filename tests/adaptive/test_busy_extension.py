@@ -9,7 +9,8 @@ from gateway.records import BackendSnapshot
 from gateway.routing.adaptive.scorer import AdaptiveScorer
 from gateway.routing.model.cells import CellModel, build_model
 from gateway.routing.model.harm import DeviceLoad, busy_extension, device_harm
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import decode_samples as samples

@@ -7,7 +7,8 @@ from gateway.records import BackendSnapshot, Sample
 from gateway.routing.adaptive.scorer import AdaptiveScorer
 from gateway.routing.adaptive.verdict import Verdict
 from gateway.routing.pipeline.context import RouteContext
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import POLICY, Clock, make_router, sent, serve, with_adaptive
 

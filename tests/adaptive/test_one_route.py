@@ -32,7 +32,8 @@ from gateway.proxy.dispatch import Job
 from gateway.records import BackendSnapshot, Decision, ExplorationPlan
 from gateway.routing.adaptive.scorer import AdaptiveScorer
 from gateway.routing.pipeline.context import RouteContext
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.routing.pipeline.scorers import Assessment
 from gateway.settings import load_settings
 from gateway.sim.runner import TwinFleet

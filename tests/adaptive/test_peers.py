@@ -7,7 +7,8 @@ from __future__ import annotations
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot
 from gateway.routing.adaptive.scorer import AdaptiveScorer
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY, decode_samples, with_adaptive
 

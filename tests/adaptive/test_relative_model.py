@@ -14,7 +14,8 @@ from gateway.records import BackendSnapshot, Sample
 from gateway.routing.adaptive.scorer import AdaptiveScorer
 from gateway.routing.model.cells import build_model
 from gateway.routing.model.peers import decode_ratio
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import paced, with_adaptive
 

@@ -14,7 +14,8 @@ from gateway.routing.model.cells import build_model
 from gateway.routing.model.fitting import fit_load
 from gateway.routing.model.harm import DeviceLoad, device_harm
 from gateway.routing.model.shared_device import holders
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import DECODE_POLICY as POLICY
 from tests.adaptive.routing_loop import POLICY as E2E_POLICY

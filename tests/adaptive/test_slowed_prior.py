@@ -7,7 +7,8 @@ from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, InFlight, Progress, Sample
 from gateway.routing.adaptive.scorer import AdaptiveScorer
 from gateway.routing.adaptive.verdict import demoted
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.stats.live import LiveRecorder
 from tests.adaptive.routing_loop import POLICY, with_adaptive
 

@@ -18,7 +18,8 @@ from gateway.proxy.accounting import Accounting
 from gateway.proxy.decode_probe import PROBE_PROFILE, PROBE_TOKENS, DecodeProbes
 from gateway.proxy.upstream import MockResponse, MockTransport
 from gateway.records import BackendSnapshot, RequestRecord, Sample
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.settings import BackendConfig, MeasurementConfig, Settings, load_settings
 from gateway.sim.fleet import load_fleet
 from gateway.sim.runner import TwinFleet

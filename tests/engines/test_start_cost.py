@@ -14,7 +14,8 @@ from gateway.engines.on_demand import StartOnDemand
 from gateway.engines.start_cost import queue_wait_s
 from gateway.policy.load import parse_policy
 from gateway.records import BackendSnapshot, RequestRecord
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 from gateway.settings import Settings
 from tests.engines.test_on_demand import _manager
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from gateway.policy.load import load_policy
 from gateway.records import BackendSnapshot
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 
 POLICY = Path(__file__).parents[2] / "policies" / "spark-mtp-split.yaml"
 BODY = {"model": "qwen", "messages": [{"role": "user", "content": "w" * 32768}], "max_tokens": 256}

@@ -14,7 +14,8 @@ import pytest
 from gateway.cli import main
 from gateway.policy.load import load_policy
 from gateway.records import BackendSnapshot
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 
 POLICY = Path(__file__).parents[2] / "policies" / "spark-home.yaml"
 POOL = [

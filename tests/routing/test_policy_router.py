@@ -11,7 +11,8 @@ import pytest
 
 from gateway.policy.load import load_policy, parse_policy
 from gateway.records import BackendSnapshot, Candidate, Decision
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter
 
 POLICIES = Path(__file__).parents[2] / "policies"
 VISION = frozenset({"text", "image", "video"})

@@ -14,7 +14,8 @@ from gateway.records import BackendSnapshot, Features
 from gateway.routing.pipeline.context import RouteContext
 from gateway.routing.pipeline.filters import DEFAULT_FILTERS
 from gateway.routing.pipeline.least_busy import LeastBusyRouter
-from gateway.routing.pipeline.router import FixedPolicy, PolicyRouter, schedule
+from gateway.routing.pipeline.policy_source import FixedPolicy
+from gateway.routing.pipeline.router import PolicyRouter, schedule
 from gateway.routing.pipeline.scorers import Assessment
 from gateway.routing.pipeline.spill import saturation
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from gateway.policy.classify import classify, classify_explained
-from gateway.policy.load import LoadedPolicy
 from gateway.policy.schema import Policy, Profile
 from gateway.records import BackendSnapshot, Candidate, Decision, Features, Refusal, Spill
 from gateway.routing.pipeline.context import RouteContext
 from gateway.routing.pipeline.explain import build_explanation
 from gateway.routing.pipeline.filters import DEFAULT_FILTERS, Filter, once_back
 from gateway.routing.pipeline.picker import pick
+from gateway.routing.pipeline.policy_source import PolicySource
 from gateway.routing.pipeline.scorers import (
     CandidateScorer,
     Independent,
@@ -167,31 +167,6 @@ class Completion(Protocol):
 
     @property
     def body(self) -> Mapping[str, Any] | None: ...
-
-
-class PolicySource(Protocol):
-    """Where the router reads the policy in force (PolicyWatcher satisfies it)."""
-
-    @property
-    def current(self) -> LoadedPolicy: ...
-
-    @property
-    def last_error(self) -> str | None: ...
-
-
-class FixedPolicy:
-    """A PolicySource that never changes (tests, one-shot tools)."""
-
-    def __init__(self, loaded: LoadedPolicy) -> None:
-        self._loaded = loaded
-
-    @property
-    def current(self) -> LoadedPolicy:
-        return self._loaded
-
-    @property
-    def last_error(self) -> str | None:
-        return None
 
 
 class PolicyRouter:
