@@ -9,7 +9,7 @@ adaptive scorer plans a probe instead (records.ExplorationPlan.probe), the clien
 is predicted best, and the probe's sample joins the backend's windows under PROBE_PROFILE, where its
 all-profile fit (what a `tokens_per_second` cell short of samples borrows) reads it. For a ttft or e2e
 profile, whose prefill a probe does not measure, probes tell whether the engine decodes slower than the
-winner, which puts a whole request of it off (routing/explore/plan.probe_instead).
+winner, which puts a whole request of it off (routing/explore/probes.probe_instead).
 
 A probe is a streamed completion of PROBE_TOKENS tokens with `ignore_eos` (vLLM, SGLang and llama.cpp
 accept it), so it decodes them all. Its stream is read by the relay's meter (proxy/stream.SseMeter): its

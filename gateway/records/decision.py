@@ -36,7 +36,7 @@ class ExplorationPlan:
     it spends nothing). `probes`: `backend` is measured by that many decode probes (proxy/decode_probe.py)
     instead, sent together when the request is, wherever the request goes; `measures_cell` False: they tell
     the engine's decode speed and not the profile's cell, which they neither age nor count as explored
-    (plan.probe_measures). `drop`: nothing is left to measure for the profile, so its credit is dropped
+    (probes.probe_measures). `drop`: nothing is left to measure for the profile, so its credit is dropped
     instead of carried into the next gap."""
 
     profile: str

@@ -6,7 +6,8 @@ from __future__ import annotations
 from gateway.policy.schema import Adaptive
 from gateway.records import Sample
 from gateway.routing.explore.pacing import ExplorationLedger
-from gateway.routing.explore.plan import Explorer, probe_measures
+from gateway.routing.explore.plan import Explorer
+from gateway.routing.explore.probes import probe_measures
 from gateway.routing.model.cells import CellModel, CellView, build_model
 from gateway.routing.model.harm import DeviceLoad
 from gateway.routing.slowdown.reading import Slowdown

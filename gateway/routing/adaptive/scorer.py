@@ -93,7 +93,8 @@ from gateway.policy.schema import MAX_EPSILON, Adaptive
 from gateway.records import BackendSnapshot, EngineHint, ExplorationPlan
 from gateway.routing.adaptive.verdict import Verdict, demoted, effective_value, verdict
 from gateway.routing.explore.pacing import ExplorationLedger, exploration_unit
-from gateway.routing.explore.plan import Explorer, probe_instead, probe_measures
+from gateway.routing.explore.plan import Explorer
+from gateway.routing.explore.probes import probe_instead, probe_measures
 from gateway.routing.model.cells import CellModel, CellView, ModelCache, Windows
 from gateway.routing.model.harm import DeviceLoad
 from gateway.routing.model.model_choice import ModelChoice, loads_met, own_content
@@ -227,7 +228,7 @@ class AdaptiveScorer:
     def _decodes_slower(self, ctx: RouteContext, name: str, winner: str | None, at: float) -> bool | None:
         """Whether `name`'s engine decodes slower than the winner's beyond the tolerance
         (peers.decodes_slower, on their all-profile models as remembered); None: not known, or no winner to
-        compare with. Read for a ttft or e2e profile only, whose probes it gates (plan.probe_instead)."""
+        compare with. Read for a ttft or e2e profile only, whose probes it gates (probes.probe_instead)."""
         if ctx.profile.objective == "tokens_per_second" or winner is None or winner == name:
             return None
         knobs = ctx.adaptive

@@ -17,11 +17,11 @@ beyond the n requests it already runs (1 / (n + 1)). Credit then accrues at only
 count of the usual rate, so the slow-down exploring causes per request does not grow with the neighbour's
 load: it waits, most of the time, for a cheap moment (a quiet device, or an engine busy anyway), and still
 happens if none comes. Where it would go to an engine beside a busy one, for novel content and a cell under
-min_samples, decode probes go instead (`probe_instead`; proxy/decode_probe.py): the plan says so, the
+min_samples, decode probes go instead (probes.probe_instead; proxy/decode_probe.py): the plan says so, the
 request goes to the winner. For a `tokens_per_second` profile they measure what the cell borrows (the
 engine's fit); for ttft or e2e, a cell with no answer yet, they tell whether its engine decodes slower than
 the winner, which puts its requests off, and they count as its measurement only once they show it
-(`probe_measures`). An idle
+(probes.probe_measures). An idle
 backend on a device of its own, while the winner is busy, slows nobody and joins no queue when explored
 (shared_device.spreads): its credit accrues at MAX_EPSILON, so the same min_samples requests are spent
 sooner and the prior rules for fewer requests. The mirror: one alone on its device that runs more requests
@@ -61,7 +61,7 @@ request explores the "<profile> (repetitive)" unit, counted by its repetitive sa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.policy.schema import MAX_EPSILON, Adaptive
@@ -76,10 +76,9 @@ from gateway.routing.explore.pacing import (
     plan_refresh,
     stale_reason,
 )
-from gateway.routing.model.cells import CellView, repetitive
+from gateway.routing.model.cells import CellView
 from gateway.routing.model.harm import DeviceLoad
 from gateway.routing.model.shared_device import contended, holding, queue_share, spreads
-from gateway.routing.pipeline.context import RouteContext
 from gateway.routing.slowdown.memory import EngineSlowdowns
 
 Planned = tuple[Exploration | None, ExplorationPlan]  # what it explores, if any; what booking it applies
@@ -264,44 +263,3 @@ def _refresh(
         refresh = replace(refresh, why=f"{refresh.why}: {stale[refresh.backend][1]}")
     backend = refresh.backend if refresh is not None else None
     return refresh, ExplorationPlan(profile, accrued=accrued, backend=backend)
-
-
-def probe_instead(
-    ctx: RouteContext,
-    cells: Mapping[str, CellView],
-    device: Mapping[str, Sequence[DeviceLoad]],
-    name: str,
-    slower: Callable[[], bool | None],
-) -> bool:
-    """Whether decode probes stand for exploring backend `name` with this request: the cell is short of
-    min_samples, the content is novel (what a probe's is), the request would slow busy requests of its
-    device's other engines for its whole life, and either the profile ranks by decode speed, which the
-    cell borrows from the engine's all-profile fit while short of samples (model_choice.ModelChoice.choose;
-    probes feed that fit), or the cell holds no answer yet and its engine is not known to decode as fast
-    as the winner (`slower()`: whether it decodes slower beyond the tolerance, peers.decodes_slower; None:
-    not known; asked last, it reads two engines' models). A ttft or e2e cell borrows no decode speed, but
-    its first request on an engine that decodes slower is not worth the device: five whole requests each
-    of bf16 and fp8 beside fifteen on nvfp4-mtp (trio-one-spark, one Spark) ran longer than the oracle's
-    whole 16-user phase. One that held answers is refreshed by a request, what its answers measured:
-    probed instead, spark-duo-flaky's fp8-base no longer took its four refreshes of the mixed burst off
-    the failing fp8-mtp, and the phase ran 120.8 -> 134.5 s. Whether the probes count as the cell's
-    measurement is `probe_measures`."""
-    cell = cells[name]
-    if repetitive(ctx.features.repetition) or cell.model.samples >= ctx.adaptive.min_samples:
-        return False
-    if contended(name, device[name]) <= 0:
-        return False
-    if ctx.profile.objective == "tokens_per_second":
-        return True
-    return cell.count == 0 and slower() is not False
-
-
-def probe_measures(objective: str, slower: bool | None) -> bool:
-    """Whether the probes planned for a cell of a profile with this objective count as its measurement (its
-    exploration booked, its age restarted; ExplorationPlan.measures_cell): for `tokens_per_second` always,
-    the cell borrows what they measure; for ttft or e2e only once its engine is known to decode slower than
-    the winner (`slower`, as in `probe_instead`), which is what puts its requests off. Probes sent while that
-    is not known leave the cell due, so an engine they show as fast is measured by a request of its own:
-    counted as measurements, plain on a one-Spark pair beside a rejected-MTP engine stayed unmeasured for
-    the whole replay while that engine was predicted at 372 s a request."""
-    return objective == "tokens_per_second" or slower is True
