@@ -147,6 +147,7 @@ def build_gateway(
     if engines is not None:
         running.append(engines)
         observers = [*observers, engines.observe]  # each backend's time per request: its queue's cost
+        prober.managed = engines.engines.__contains__  # a stopped engine is started, not unreachable
     decisions = DecisionFeed()  # recorded as requests are sent and finish, never while routing
     dispatcher = Dispatcher(
         registry,

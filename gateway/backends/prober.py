@@ -65,6 +65,10 @@ class Prober:
         self.listener = listener  # told of every probe answered or timed out
         # Seconds a backend may refuse connections while it loads (Warmups.expected, from app.py).
         self.warmup_bound = warmup_bound or (lambda name: config.startup_grace_s)
+        # Whether the gateway runs the backend's engine itself (engines on demand; set by app.py): nothing
+        # listening there is that engine stopped or not yet up, which its phase says, never a wrong URL, so
+        # it is not called unreachable (a request starts it and waits instead of being refused).
+        self.managed: Callable[[str], bool] = lambda name: False
         self._tasks: list[BackgroundTask] = []
         self._timeouts: dict[str, int] = {}  # probe timeouts in a row per backend
         self._refused_since: dict[str, float] = {}  # first of the refused probes in a row, per backend
@@ -156,7 +160,7 @@ class Prober:
             first = self._refused_since[name] = state.since
         refused_for = now - first
         where, bound = host_port(state.config.url), self.warmup_bound(name)
-        if refused_for > bound:
+        if refused_for > bound and not self.managed(name):
             return Status.UNREACHABLE, (
                 f"nothing listens at {where} ({why} for {refused_for:.0f} s, past its "
                 f"warm-up bound of {bound:.0f} s; check its URL, or that the engine runs)"

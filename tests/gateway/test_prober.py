@@ -257,6 +257,23 @@ async def test_refusals_past_the_warmup_bound_are_unreachable_naming_host_and_po
     assert len(warned) == 1 and "unreachable" in warned[0].getMessage() and where in warned[0].getMessage()
 
 
+async def test_a_backend_whose_engine_the_gateway_runs_is_never_called_unreachable() -> None:
+    """Engines on demand: nothing listening at a stopped engine's port is the engine stopped, which a
+    request starts; called unreachable, it refused that request at once (a container removed by hand)."""
+    clock, url = Clock(), closed_port_url()
+    registry = make(url, clock)
+    transport = AiohttpTransport(Timeouts())
+    prober = Prober(registry, ProbeConfig(), transport.get, warmup_bound=lambda name: 5.0)
+    prober.managed = lambda name: name == "a"
+    try:
+        assert await prober.probe_once("a") is Status.STARTING
+        clock.now = 6.0  # past the warm-up bound: an unmanaged backend is unreachable here (above)
+        assert await prober.probe_once("a") is Status.STARTING  # within the startup grace, as ever
+    finally:
+        await transport.aclose()
+    assert "connection refused" in registry.backends["a"].detail
+
+
 async def test_an_unreachable_backend_that_answers_is_ready_again() -> None:
     fetch, clock = ScriptedFetch(), Clock()
     registry = make("http://engine:8000", clock)
